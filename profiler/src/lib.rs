@@ -1,0 +1,1 @@
+//! perfkit-profiler: records what a training program does, with almost no overhead.
