@@ -1,0 +1,75 @@
+//! Compiles every kernel source with NVRTC, the way the GPU path does at run time.
+//!
+//! This needs `libnvrtc` but no GPU. The build script checks whether the library can
+//! be loaded: where it can (or where `PERFKIT_REQUIRE_NVRTC=1` is set) these are
+//! ordinary tests; where it cannot, they are reported as ignored with the reason,
+//! never as passed. With `PERFKIT_REQUIRE_NVRTC=1` and no library they fail.
+
+use perfkit_kernels::nvrtc::{self, KERNEL_NAMES, NvrtcError};
+
+fn require_nvrtc() {
+    assert!(
+        nvrtc::nvrtc_available(),
+        "libnvrtc cannot be loaded by cudarc (searched libnvrtc.so, libnvrtc.so.13, ... on \
+         LD_LIBRARY_PATH and the system paths); install it with `pip install nvidia-cuda-nvrtc` \
+         and add site-packages/nvidia/cu13/lib to LD_LIBRARY_PATH"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(perfkit_nvrtc_test),
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+)]
+fn every_kernel_compiles_to_ptx_for_hopper_and_ampere() {
+    require_nvrtc();
+    for arch in ["sm_90", "sm_80"] {
+        let ptx = nvrtc::compile_mlp(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let src = ptx.to_src();
+        assert!(
+            src.contains(&format!(".target {arch}")),
+            "{arch}: PTX has the wrong target"
+        );
+        for name in KERNEL_NAMES {
+            assert!(
+                src.contains(&format!(".entry {name}(")),
+                "{arch}: no entry for {name}"
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(perfkit_nvrtc_test),
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+)]
+fn compiled_ptx_is_cached_per_process() {
+    require_nvrtc();
+    let first = nvrtc::compile_mlp("sm_90").expect("compile");
+    let second = nvrtc::compile_mlp("sm_90").expect("compile");
+    assert_eq!(first.to_src(), second.to_src());
+}
+
+#[test]
+#[cfg_attr(
+    not(perfkit_nvrtc_test),
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+)]
+fn a_compile_error_names_the_line_of_the_source() {
+    require_nvrtc();
+    let broken = "extern \"C\" __global__ void k(float* x) {\n  x[0] = undefined_name;\n}\n";
+    let err = nvrtc::compile_source(broken, "broken.cu", "sm_90").expect_err("must not compile");
+    let NvrtcError::Compile { arch, message } = err else {
+        panic!("unexpected error {err}");
+    };
+    assert_eq!(arch, "sm_90");
+    assert!(
+        message.contains("broken.cu(2)"),
+        "log does not name the line: {message}"
+    );
+    assert!(
+        message.contains("undefined_name"),
+        "log does not name the identifier: {message}"
+    );
+}

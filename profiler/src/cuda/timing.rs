@@ -1,0 +1,496 @@
+//! GPU timing bookkeeping: a pool of timing-enabled events, the queue of operations
+//! waiting for their GPU times, and the alignment of GPU timestamps to the host clock.
+//!
+//! The machinery is generic over [`TimingEvents`] so its arithmetic and bookkeeping
+//! are tested without a GPU; the recorder plugs in CUDA events.
+//!
+//! Nothing here waits for the GPU: [`Timeline::poll`] only asks whether the oldest
+//! operations have finished and resolves those that have.
+
+use std::collections::VecDeque;
+
+use super::error::CudaError;
+use crate::model::Nanos;
+
+/// What the timeline needs from an event implementation (CUDA events in the product).
+pub(crate) trait TimingEvents {
+    /// One event.
+    type Event;
+    /// Creates a timing-enabled event.
+    fn create(&self) -> Result<Self::Event, CudaError>;
+    /// Records the event at the current position of the stream.
+    fn record(&self, event: &Self::Event) -> Result<(), CudaError>;
+    /// Whether the work before the event has finished (never waits).
+    fn is_complete(&self, event: &Self::Event) -> Result<bool, CudaError>;
+    /// GPU milliseconds from `start` to `end`, both complete.
+    fn elapsed_ms(&self, start: &Self::Event, end: &Self::Event) -> Result<f32, CudaError>;
+}
+
+/// An operation whose GPU times are not known yet.
+struct Pending<E, P> {
+    payload: P,
+    start: E,
+    end: E,
+}
+
+/// An operation whose GPU start and end are now known, on the host clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved<P> {
+    /// What the caller queued with the operation.
+    pub(crate) payload: P,
+    /// GPU start, host nanoseconds.
+    pub(crate) gpu_start: Nanos,
+    /// GPU end, host nanoseconds.
+    pub(crate) gpu_end: Nanos,
+}
+
+/// A completed event whose time on the host clock is known.
+struct Anchor<E> {
+    event: E,
+    host_ns: Nanos,
+}
+
+/// The pair of events bracketing one operation, taken by [`Timeline::begin`].
+pub(crate) struct Bracket<E> {
+    start: E,
+    end: E,
+}
+
+/// Once an anchor is this far behind the operations being resolved, a resolved event
+/// becomes the new anchor, so `f32` milliseconds never have to span long intervals.
+const PROMOTE_AFTER_MS: f32 = 1000.0;
+
+/// Converts `elapsed_ms` after an anchor at `anchor_ns` to host nanoseconds (clamped
+/// at the trace origin).
+#[must_use]
+pub(crate) fn align(anchor_ns: Nanos, elapsed_ms: f32) -> Nanos {
+    let offset = (f64::from(elapsed_ms) * 1e6).round() as i128;
+    let t = i128::from(anchor_ns) + offset;
+    u64::try_from(t.max(0)).unwrap_or(u64::MAX)
+}
+
+/// The host time of an anchor observed between `before` (just before recording it)
+/// and `after` (the first time it was seen complete): the midpoint, and the width of
+/// the window as its uncertainty.
+#[must_use]
+pub(crate) fn anchor_time(before: Nanos, after: Nanos) -> (Nanos, Nanos) {
+    let after = after.max(before);
+    (before + (after - before) / 2, after - before)
+}
+
+/// Events in flight for one stream; `P` is what the caller keeps with each operation.
+pub(crate) struct Timeline<E, P> {
+    free: Vec<E>,
+    created: usize,
+    capacity: usize,
+    pending: VecDeque<Pending<E, P>>,
+    anchor: Option<Anchor<E>>,
+    untimed: u64,
+}
+
+impl<E, P> Timeline<E, P> {
+    /// A timeline that keeps at most `capacity` events alive (at least 4).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            free: Vec::new(),
+            created: 0,
+            capacity: capacity.max(4),
+            pending: VecDeque::new(),
+            anchor: None,
+            untimed: 0,
+        }
+    }
+
+    /// Installs the host-clock reference: `event` was recorded and completed at
+    /// `host_ns`. The previous anchor's event goes back to the pool.
+    pub(crate) fn set_anchor(&mut self, event: E, host_ns: Nanos) {
+        if let Some(old) = self.anchor.replace(Anchor { event, host_ns }) {
+            self.free.push(old.event);
+        }
+    }
+
+    /// Whether a reference event is installed.
+    pub(crate) fn has_anchor(&self) -> bool {
+        self.anchor.is_some()
+    }
+
+    /// Takes an event from the pool for another purpose (an anchor); `None` when the
+    /// pool is exhausted.
+    pub(crate) fn take_event<B: TimingEvents<Event = E>>(
+        &mut self,
+        backend: &B,
+    ) -> Result<Option<E>, CudaError> {
+        if let Some(e) = self.free.pop() {
+            return Ok(Some(e));
+        }
+        if self.created < self.capacity {
+            let e = backend.create()?;
+            self.created += 1;
+            return Ok(Some(e));
+        }
+        Ok(None)
+    }
+
+    /// Records the start event of an operation. `None` (and the operation counted as
+    /// untimed) when no events are free even after resolving finished operations.
+    pub(crate) fn begin<B: TimingEvents<Event = E>>(
+        &mut self,
+        backend: &B,
+        resolved: &mut Vec<Resolved<P>>,
+    ) -> Result<Option<Bracket<E>>, CudaError> {
+        if self.anchor.is_none() {
+            self.untimed += 1;
+            return Ok(None);
+        }
+        if self.free.len() < 2 && self.created + 2 > self.capacity {
+            self.poll(backend, resolved)?;
+        }
+        let Some(start) = self.take_event(backend)? else {
+            self.untimed += 1;
+            return Ok(None);
+        };
+        let Some(end) = self.take_event(backend)? else {
+            self.free.push(start);
+            self.untimed += 1;
+            return Ok(None);
+        };
+        backend.record(&start)?;
+        Ok(Some(Bracket { start, end }))
+    }
+
+    /// Records the end event of the operation begun with `bracket` and queues it with
+    /// `payload`.
+    pub(crate) fn end<B: TimingEvents<Event = E>>(
+        &mut self,
+        backend: &B,
+        payload: P,
+        bracket: Bracket<E>,
+    ) -> Result<(), CudaError> {
+        if let Err(e) = backend.record(&bracket.end) {
+            self.free.push(bracket.start);
+            self.free.push(bracket.end);
+            return Err(e);
+        }
+        self.pending.push_back(Pending {
+            payload,
+            start: bracket.start,
+            end: bracket.end,
+        });
+        Ok(())
+    }
+
+    /// Gives back a bracket whose operation failed before its end was recorded.
+    pub(crate) fn abandon(&mut self, bracket: Bracket<E>) {
+        self.free.push(bracket.start);
+        self.free.push(bracket.end);
+    }
+
+    /// Resolves the operations that have finished, oldest first, into `resolved`.
+    /// Stops at the first unfinished one (work on a stream finishes in order).
+    pub(crate) fn poll<B: TimingEvents<Event = E>>(
+        &mut self,
+        backend: &B,
+        resolved: &mut Vec<Resolved<P>>,
+    ) -> Result<(), CudaError> {
+        while let Some(front) = self.pending.front() {
+            if !backend.is_complete(&front.end)? {
+                break;
+            }
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            let Some(anchor) = self.anchor.as_ref() else {
+                // Unreachable in practice: `begin` only hands out brackets once anchored.
+                self.free.push(p.start);
+                self.free.push(p.end);
+                continue;
+            };
+            let start_ms = backend.elapsed_ms(&anchor.event, &p.start)?;
+            let end_ms = backend.elapsed_ms(&anchor.event, &p.end)?;
+            let gpu_start = align(anchor.host_ns, start_ms);
+            let gpu_end = align(anchor.host_ns, end_ms).max(gpu_start);
+            resolved.push(Resolved {
+                payload: p.payload,
+                gpu_start,
+                gpu_end,
+            });
+            self.free.push(p.start);
+            if end_ms > PROMOTE_AFTER_MS {
+                // The end event becomes the reference for what follows it.
+                self.set_anchor(p.end, gpu_end);
+            } else {
+                self.free.push(p.end);
+            }
+        }
+        Ok(())
+    }
+
+    /// Operations queued and not resolved yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Operations recorded without GPU times because no event was free.
+    pub(crate) fn untimed(&self) -> u64 {
+        self.untimed
+    }
+
+    /// Events created so far (alive, in the pool or in flight).
+    #[cfg(test)]
+    pub(crate) fn created(&self) -> usize {
+        self.created
+    }
+
+    /// Empties the queue without resolving it; returns the payloads of the operations
+    /// that lost their GPU times, oldest first.
+    pub(crate) fn discard_pending(&mut self) -> Vec<P> {
+        let mut out = Vec::with_capacity(self.pending.len());
+        for p in self.pending.drain(..) {
+            self.free.push(p.start);
+            self.free.push(p.end);
+            out.push(p.payload);
+        }
+        out
+    }
+
+    /// Returns an event taken with [`Timeline::take_event`] and not used.
+    pub(crate) fn put_back(&mut self, event: E) {
+        self.free.push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// Test events: each event is an index; the test decides when the "GPU" reaches
+    /// each recorded event by assigning it a GPU time in milliseconds.
+    #[derive(Default)]
+    struct FakeGpu {
+        state: RefCell<FakeState>,
+    }
+
+    #[derive(Default)]
+    struct FakeState {
+        created: usize,
+        /// Recording order of events (event index), like a stream's queue.
+        queue: Vec<usize>,
+        /// GPU time at which each queued position completed (filled by `run_until`).
+        completed_at: Vec<Option<f64>>,
+        /// Latest recorded position of each event.
+        position: Vec<Option<usize>>,
+    }
+
+    impl FakeGpu {
+        /// The "GPU" completes the next `n` queued events at times `t0, t0 + dt, ...`.
+        fn run(&self, n: usize, t0: f64, dt: f64) {
+            let mut s = self.state.borrow_mut();
+            let done = s.completed_at.iter().filter(|c| c.is_some()).count();
+            for k in 0..n {
+                let pos = done + k;
+                if pos < s.completed_at.len() {
+                    s.completed_at[pos] = Some(t0 + dt * k as f64);
+                }
+            }
+        }
+
+        fn time_of(&self, e: usize) -> Option<f64> {
+            let s = self.state.borrow();
+            s.position[e].and_then(|p| s.completed_at[p])
+        }
+    }
+
+    impl TimingEvents for FakeGpu {
+        type Event = usize;
+        fn create(&self) -> Result<usize, CudaError> {
+            let mut s = self.state.borrow_mut();
+            s.created += 1;
+            s.position.push(None);
+            Ok(s.created - 1)
+        }
+        fn record(&self, e: &usize) -> Result<(), CudaError> {
+            let mut s = self.state.borrow_mut();
+            let pos = s.queue.len();
+            s.queue.push(*e);
+            s.completed_at.push(None);
+            s.position[*e] = Some(pos);
+            Ok(())
+        }
+        fn is_complete(&self, e: &usize) -> Result<bool, CudaError> {
+            Ok(self.time_of(*e).is_some())
+        }
+        fn elapsed_ms(&self, a: &usize, b: &usize) -> Result<f32, CudaError> {
+            let (Some(ta), Some(tb)) = (self.time_of(*a), self.time_of(*b)) else {
+                panic!("elapsed_ms on an incomplete event: the timeline must not wait");
+            };
+            Ok((tb - ta) as f32)
+        }
+    }
+
+    fn anchored(gpu: &FakeGpu, capacity: usize, host_ns: Nanos) -> Timeline<usize, u64> {
+        let mut t = Timeline::new(capacity);
+        let e = t.take_event(gpu).unwrap().unwrap();
+        gpu.record(&e).unwrap();
+        gpu.run(1, 0.0, 0.0);
+        t.set_anchor(e, host_ns);
+        t
+    }
+
+    #[test]
+    fn align_adds_milliseconds_as_nanoseconds_and_clamps_at_zero() {
+        assert_eq!(align(1_000, 0.5), 501_000);
+        assert_eq!(align(1_000_000, -0.25), 750_000);
+        assert_eq!(align(10, -1.0), 0);
+        assert_eq!(align(0, 0.0), 0);
+    }
+
+    #[test]
+    fn anchor_time_is_the_midpoint_of_the_observation_window() {
+        assert_eq!(anchor_time(100, 140), (120, 40));
+        // A clock that went backwards gives a zero-width window, never an underflow.
+        assert_eq!(anchor_time(100, 90), (100, 0));
+    }
+
+    #[test]
+    fn finished_operations_resolve_to_host_aligned_times_in_order() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 16, 5_000_000);
+        let mut out = Vec::new();
+        for id in 1..=3 {
+            let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+            t.end(&gpu, id, b).unwrap();
+        }
+        assert_eq!(t.pending(), 3);
+        // Nothing ran yet: polling resolves nothing and does not wait.
+        t.poll(&gpu, &mut out).unwrap();
+        assert!(out.is_empty());
+        // The GPU runs the first operation (2 events) at 1.0 ms and 1.5 ms after the anchor.
+        gpu.run(2, 1.0, 0.5);
+        t.poll(&gpu, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![Resolved {
+                payload: 1,
+                gpu_start: 6_000_000,
+                gpu_end: 6_500_000
+            }]
+        );
+        gpu.run(4, 2.0, 0.25);
+        t.poll(&gpu, &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            out[1],
+            Resolved {
+                payload: 2,
+                gpu_start: 7_000_000,
+                gpu_end: 7_250_000
+            }
+        );
+        assert_eq!(
+            out[2],
+            Resolved {
+                payload: 3,
+                gpu_start: 7_500_000,
+                gpu_end: 7_750_000
+            }
+        );
+        assert_eq!(t.pending(), 0);
+    }
+
+    #[test]
+    fn events_are_reused_from_the_pool() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 64, 0);
+        let mut out = Vec::new();
+        for id in 0..1000 {
+            let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+            t.end(&gpu, id, b).unwrap();
+            gpu.run(2, id as f64, 0.01);
+            t.poll(&gpu, &mut out).unwrap();
+        }
+        assert_eq!(out.len(), 1000);
+        // One anchor plus one bracket, recycled a thousand times.
+        assert_eq!(t.created(), 3);
+        assert_eq!(t.untimed(), 0);
+    }
+
+    #[test]
+    fn an_exhausted_pool_counts_untimed_operations_instead_of_waiting() {
+        let gpu = FakeGpu::default();
+        // Capacity 5: the anchor and two brackets.
+        let mut t = anchored(&gpu, 5, 0);
+        let mut out = Vec::new();
+        for id in 0..2 {
+            let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+            t.end(&gpu, id, b).unwrap();
+        }
+        assert!(t.begin(&gpu, &mut out).unwrap().is_none());
+        assert_eq!(t.untimed(), 1);
+        // Once the GPU catches up, begin() resolves finished work and gets events back.
+        gpu.run(4, 0.0, 0.1);
+        assert!(t.begin(&gpu, &mut out).unwrap().is_some());
+        assert_eq!(out.len(), 2);
+        assert_eq!(t.created(), 5);
+    }
+
+    #[test]
+    fn without_an_anchor_operations_are_untimed() {
+        let gpu = FakeGpu::default();
+        let mut t: Timeline<usize, u64> = Timeline::new(8);
+        let mut out = Vec::new();
+        assert!(t.begin(&gpu, &mut out).unwrap().is_none());
+        assert_eq!(t.untimed(), 1);
+        assert!(!t.has_anchor());
+    }
+
+    #[test]
+    fn a_distant_event_becomes_the_new_anchor_without_changing_times() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 16, 1_000);
+        let mut out = Vec::new();
+        let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+        t.end(&gpu, 1, b).unwrap();
+        gpu.run(2, 2000.0, 1.0); // 2 s after the anchor: promoted
+        t.poll(&gpu, &mut out).unwrap();
+        let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+        t.end(&gpu, 2, b).unwrap();
+        gpu.run(2, 2003.0, 1.0);
+        t.poll(&gpu, &mut out).unwrap();
+        assert_eq!(
+            out[0],
+            Resolved {
+                payload: 1,
+                gpu_start: 2_000_001_000,
+                gpu_end: 2_001_001_000
+            }
+        );
+        // Resolved against the promoted anchor (2001 ms), still on the same host timeline.
+        assert_eq!(
+            out[1],
+            Resolved {
+                payload: 2,
+                gpu_start: 2_003_001_000,
+                gpu_end: 2_004_001_000
+            }
+        );
+    }
+
+    #[test]
+    fn discarding_pending_operations_returns_their_events() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 8, 0);
+        let mut out = Vec::new();
+        let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+        t.end(&gpu, 1, b).unwrap();
+        let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+        t.abandon(b);
+        assert_eq!(t.discard_pending(), vec![1]);
+        assert_eq!(t.pending(), 0);
+        for _ in 0..3 {
+            assert!(t.begin(&gpu, &mut out).unwrap().is_some());
+        }
+        assert_eq!(t.created(), 7);
+    }
+}
