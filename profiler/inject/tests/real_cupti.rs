@@ -1,0 +1,229 @@
+//! Checks against a real libcupti (no GPU needed): the NVIDIA `nvidia-cuda-cupti` wheel or a
+//! toolkit's copy, named by `PERFKIT_TEST_CUPTI` (the `libcupti.so.13` file). Run with
+//! `PERFKIT_TEST_CUPTI=/path/to/libcupti.so.13 cargo test -p perfkit-inject --test real_cupti -- --ignored`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use perfkit_inject::calls::{self, Domain, Watch};
+use perfkit_inject::locate::{self, ProbeError, SearchEnv};
+use perfkit_inject::version;
+
+fn cupti() -> PathBuf {
+    let p = std::env::var_os("PERFKIT_TEST_CUPTI")
+        .map(PathBuf::from)
+        .expect("set PERFKIT_TEST_CUPTI to a libcupti.so.13 (pip install nvidia-cuda-cupti)");
+    assert!(p.is_file(), "{} is not a file", p.display());
+    p
+}
+
+fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+#[test]
+#[ignore = "needs a real libcupti: set PERFKIT_TEST_CUPTI (pip install nvidia-cuda-cupti)"]
+fn the_search_finds_a_wheel_and_reads_its_major_without_loading_it() {
+    let lib = cupti();
+    assert_eq!(locate::elf_soname(&lib).as_deref(), Some("libcupti.so.13"));
+    assert_eq!(version::check_major(13), Ok(()));
+    // In the wheel layout (site-packages/nvidia/cu13/lib/libcupti.so.13) the search finds it
+    // through its site-packages directory.
+    let lib_dir = lib.parent().unwrap();
+    if lib_dir.ends_with("nvidia/cu13/lib") {
+        let site = lib_dir.ancestors().nth(3).unwrap().to_path_buf();
+        let env = SearchEnv {
+            site_packages: vec![site],
+            root: PathBuf::from("/nonexistent-root"),
+            ..SearchEnv::default()
+        };
+        let r = locate::search(&env);
+        assert_eq!(
+            r.found.as_deref(),
+            Some(lib.as_path()),
+            "{}",
+            r.looked_lines()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a real libcupti: set PERFKIT_TEST_CUPTI (pip install nvidia-cuda-cupti)"]
+fn probing_reads_the_version_or_explains_the_missing_driver() {
+    let lib = cupti();
+    match locate::probe_version(&lib) {
+        Ok(v) => {
+            assert!(driver_present());
+            version::check(v).unwrap();
+            assert_eq!(version::major(v), Some(13));
+        }
+        Err(e @ ProbeError::Call { code: 999, .. }) => {
+            assert!(!driver_present(), "{e}");
+            assert!(e.to_string().contains("is a CUDA driver installed?"), "{e}");
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a real libcupti: set PERFKIT_TEST_CUPTI (pip install nvidia-cuda-cupti)"]
+fn the_injection_library_loads_the_named_libcupti_and_refuses_cleanly_without_a_driver() {
+    if std::env::var_os("PERFKIT_INJECT_TEST_CHILD").is_some() {
+        return child_main();
+    }
+    if driver_present() {
+        // With a driver the library records; that path is covered by the GPU tests.
+        return;
+    }
+    let lib = cupti();
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    let inject = [dir, dir.parent().unwrap()]
+        .iter()
+        .map(|d| d.join("libperfkit_inject.so"))
+        .find(|p| p.is_file())
+        .expect("libperfkit_inject.so built");
+    let t = tempfile::tempdir().unwrap();
+    let trace = t.path().join("trace");
+    let out = Command::new(exe.as_path())
+        .args([
+            "the_injection_library_loads_the_named_libcupti_and_refuses_cleanly_without_a_driver",
+            "--exact",
+            "--nocapture",
+            "--ignored",
+        ])
+        .env("PERFKIT_INJECT_TEST_CHILD", "1")
+        .env("PERFKIT_INJECT_TEST_LIB", &inject)
+        .env("PERFKIT_TRACE", &trace)
+        .env("PERFKIT_CUPTI_PATH", &lib)
+        .env("PERFKIT_TEST_CUPTI", &lib)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("returned 1"), "{stdout}");
+    assert!(
+        stderr.contains("not recording: libcupti cannot initialise without a CUDA driver"),
+        "{stderr}"
+    );
+    assert!(!Path::new(&trace).exists());
+}
+
+/// In the child process: load the injection library and call its entry point.
+fn child_main() {
+    let path = std::env::var_os("PERFKIT_INJECT_TEST_LIB").unwrap();
+    // SAFETY: loading the injection library; its initialisers do nothing.
+    let lib = unsafe { libloading::Library::new(&path) }.unwrap();
+    // SAFETY: `int InitializeInjection(void)`.
+    let init =
+        unsafe { lib.get::<unsafe extern "C" fn() -> i32>(b"InitializeInjection\0") }.unwrap();
+    // SAFETY: as the driver calls it.
+    println!("returned {}", unsafe { init() });
+    std::mem::forget(lib);
+}
+
+/// The callback names of a `cupti_*_cbid.h` header (`CUPTI_DRIVER_TRACE_CBID_<name> = <id>`).
+fn header_names(path: &Path, prefix: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the wheel ships include/ next to lib/)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix(prefix))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|n| *n != "INVALID" && *n != "SIZE" && *n != "FORCE_INT")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a real libcupti: set PERFKIT_TEST_CUPTI (pip install nvidia-cuda-cupti)"]
+fn the_watched_calls_from_the_real_callback_names() {
+    let lib = cupti();
+    let include = lib.parent().unwrap().parent().unwrap().join("include");
+    let driver = header_names(
+        &include.join("cupti_driver_cbid.h"),
+        "CUPTI_DRIVER_TRACE_CBID_",
+    );
+    let runtime = header_names(
+        &include.join("cupti_runtime_cbid.h"),
+        "CUPTI_RUNTIME_TRACE_CBID_",
+    );
+    assert!(
+        driver.len() > 500 && runtime.len() > 300,
+        "{} {}",
+        driver.len(),
+        runtime.len()
+    );
+    let class = |d: Domain, n: &str| calls::classify(d, n);
+    for n in &driver {
+        let c = class(Domain::Driver, n);
+        if n.starts_with("cuMemcpy") || n.starts_with("cuMemset") {
+            assert_eq!(c, Some(Watch::Work), "{n}");
+        }
+        if n.starts_with("cuLaunchKernel") || n.starts_with("cuGraphLaunch") {
+            assert_eq!(c, Some(Watch::Launch), "{n}");
+        }
+        if n.starts_with("cuMemAllocHost")
+            || n.starts_with("cuMemHostAlloc")
+            || n.starts_with("cuCtxGet")
+        {
+            assert_eq!(c, None, "{n}");
+        }
+    }
+    for n in &runtime {
+        let c = class(Domain::Runtime, n);
+        if n.starts_with("cudaMemcpy") || n.starts_with("cudaMemset") {
+            assert_eq!(c, Some(Watch::Work), "{n}");
+        }
+        if n.starts_with("cudaLaunchKernel") || n.starts_with("cudaGraphLaunch") {
+            assert_eq!(c, Some(Watch::Launch), "{n}");
+        }
+        if n.starts_with("cudaMallocHost")
+            || n.starts_with("cudaHostAlloc")
+            || n.starts_with("cudaGetDevice")
+        {
+            assert_eq!(c, None, "{n}");
+        }
+    }
+    for (d, names, must) in [
+        (
+            Domain::Driver,
+            &driver,
+            [
+                "cuStreamSynchronize",
+                "cuCtxSynchronize",
+                "cuEventSynchronize",
+                "cuMemAlloc_v2",
+                "cuMemFree_v2",
+                "cuMemAllocAsync",
+            ],
+        ),
+        (
+            Domain::Runtime,
+            &runtime,
+            [
+                "cudaStreamSynchronize_v3020",
+                "cudaDeviceSynchronize_v3020",
+                "cudaEventSynchronize_v3020",
+                "cudaMalloc_v3020",
+                "cudaFree_v3020",
+                "cudaMallocAsync_v11020",
+            ],
+        ),
+    ] {
+        for n in must {
+            assert!(names.iter().any(|x| x == n), "{n} not in the header");
+            assert_eq!(class(d, n), Some(Watch::Work), "{n}");
+        }
+    }
+    assert_eq!(
+        class(Domain::Driver, "cuProfilerStop"),
+        Some(Watch::ProfilerStop)
+    );
+    assert!(driver.iter().any(|n| n == "cuProfilerStop"));
+}
