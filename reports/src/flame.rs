@@ -1,0 +1,158 @@
+//! Folded stacks and flamegraphs (rendered with `inferno`).
+//!
+//! Folded lines are `frame;frame;frame COUNT` with COUNT in nanoseconds, the format of
+//! Brendan Gregg's `flamegraph.pl`, inferno and speedscope.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use crate::error::{Error, Result};
+use crate::model::{ProcessAnalysis, StackTime};
+
+/// Which time a folded file or flamegraph shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlameKind {
+    /// Host wall time by span stack (self time of each stack).
+    Host,
+    /// GPU time attributed to the host span stack that issued the work.
+    Gpu,
+}
+
+impl FlameKind {
+    /// `host` or `gpu`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlameKind::Host => "host",
+            FlameKind::Gpu => "gpu",
+        }
+    }
+}
+
+/// Makes a span name safe as a folded frame (no `;`, no line breaks).
+pub fn frame_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' | '\t' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// Folded stacks of a run, merged across processes (a `rank N` / `pid N` root frame is
+/// added when there are several), sorted, with zero-count stacks left out.
+pub fn folded(processes: &[ProcessAnalysis], kind: FlameKind) -> BTreeMap<String, u64> {
+    let several = processes.len() > 1;
+    let mut out = BTreeMap::new();
+    for p in processes {
+        let root = several.then(|| frame_name(&p.meta.label()));
+        add_stacks(&mut out, &p.stacks, kind, root.as_deref());
+    }
+    out
+}
+
+/// Adds `stacks` to a folded map.
+pub fn add_stacks(
+    out: &mut BTreeMap<String, u64>,
+    stacks: &[StackTime],
+    kind: FlameKind,
+    root: Option<&str>,
+) {
+    for s in stacks {
+        let value = match kind {
+            FlameKind::Host => s.host_ns,
+            FlameKind::Gpu => s.gpu_ns,
+        };
+        if value == 0 {
+            continue;
+        }
+        let mut key = String::new();
+        if let Some(r) = root {
+            key.push_str(r);
+        }
+        for f in &s.frames {
+            if !key.is_empty() {
+                key.push(';');
+            }
+            key.push_str(&frame_name(f));
+        }
+        *out.entry(key).or_insert(0) += value;
+    }
+}
+
+/// Writes folded lines.
+pub fn write_folded(stacks: &BTreeMap<String, u64>, mut w: impl Write) -> std::io::Result<()> {
+    for (stack, count) in stacks {
+        writeln!(w, "{stack} {count}")?;
+    }
+    Ok(())
+}
+
+/// Renders an interactive flamegraph SVG of folded stacks. An empty input gives a small SVG
+/// that says there is nothing to show (inferno itself refuses empty input).
+pub fn write_svg(
+    stacks: &BTreeMap<String, u64>,
+    title: &str,
+    count_name: &str,
+    w: impl Write,
+) -> Result<()> {
+    let lines: Vec<String> = stacks.iter().map(|(s, c)| format!("{s} {c}")).collect();
+    render_lines(&lines, title, count_name, w)
+}
+
+fn render_lines(lines: &[String], title: &str, count_name: &str, mut w: impl Write) -> Result<()> {
+    if lines.is_empty() {
+        return write!(
+            w,
+            "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"60\"><text x=\"10\" y=\"30\" font-family=\"sans-serif\">{}: no samples</text></svg>\n",
+            crate::html::escape_text(title)
+        )
+        .map_err(|e| Error::Flamegraph {
+            what: title.to_owned(),
+            message: e.to_string(),
+        });
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title.to_owned();
+    opts.count_name = count_name.to_owned();
+    opts.deterministic = true;
+    opts.hash = true;
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w).map_err(|e| {
+        Error::Flamegraph {
+            what: title.to_owned(),
+            message: e.to_string(),
+        }
+    })
+}
+
+/// A differential flamegraph: the shape of `new`, coloured by the change from `base`
+/// (red grew, blue shrank), through inferno's differential folding.
+pub fn write_differential_svg(
+    base: &BTreeMap<String, u64>,
+    new: &BTreeMap<String, u64>,
+    title: &str,
+    w: impl Write,
+) -> Result<()> {
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    write_folded(base, &mut before).map_err(|e| flame_err(title, e))?;
+    write_folded(new, &mut after).map_err(|e| flame_err(title, e))?;
+    let mut diff = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options::default(),
+        before.as_slice(),
+        after.as_slice(),
+        &mut diff,
+    )
+    .map_err(|e| flame_err(title, e))?;
+    let text = String::from_utf8_lossy(&diff);
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    render_lines(&lines, title, "ns", w)
+}
+
+fn flame_err(title: &str, e: std::io::Error) -> Error {
+    Error::Flamegraph {
+        what: title.to_owned(),
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,854 @@
+//! Streaming accumulation of one process's events into a [`ProcessAnalysis`].
+//!
+//! Host spans are aggregated on the fly (per thread a stack of open spans, per distinct
+//! span stack one node); memory therefore grows with the number of distinct stacks, span
+//! names, kernel names and source lines, plus 16 bytes per GPU operation and per step
+//! (the GPU intervals are kept to compute exact busy/idle unions at the end).
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::event::{Event, GpuOp, OpKind};
+use crate::model::{
+    CopyGroup, CopySite, CopyStats, Direction, GpuTime, KernelStats, MemoryStats, OpTotals,
+    ProcessAnalysis, ProcessMeta, SpanStats, StackTime, StepBreakdown, StepPoint, StepSummary,
+    SyncSite, SyncStats, ThreadInfo,
+};
+use crate::stats::{Distribution, IntervalUnion};
+
+const NO_PARENT: u32 = u32::MAX;
+/// Points kept in the memory series before it is halved.
+const MEMORY_POINTS: usize = 2048;
+
+/// Options that change what the analysis counts.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AnalyzeOptions {
+    /// Name of the span that marks one training step. Default `None`: the name the
+    /// recorder wrote into the trace header (itself `step` unless configured).
+    pub step_span: Option<String>,
+    /// Most entries in the per-step series; more steps are averaged in buckets. Default 2000.
+    pub max_step_series: usize,
+    /// Most stacks kept in the folded output (the largest by host + GPU time). Default 20000.
+    pub max_stacks: usize,
+    /// Most timeline items per chosen step window. Default 4000.
+    pub max_timeline_items: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        Self {
+            step_span: None,
+            max_step_series: 2000,
+            max_stacks: 20_000,
+            max_timeline_items: 4000,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Node {
+    parent: u32,
+    name: u32,
+    host_self_ns: u64,
+    gpu_ns: u64,
+}
+
+#[derive(Debug)]
+struct Frame {
+    span: u64,
+    node: u32,
+    name: u32,
+    start: u64,
+    child_ns: u64,
+    step: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct NameAcc {
+    calls: u64,
+    exits: u64,
+    total: u64,
+    self_ns: u64,
+    max: u64,
+}
+
+/// A copy site: source line, direction, pinned.
+type SiteKey = (String, Direction, Option<bool>);
+
+#[derive(Debug, Clone, Copy)]
+enum GpuTarget {
+    Kernel(u32),
+    Copy { kind: u32, site: u32 },
+    Memset,
+}
+
+#[derive(Debug, Default)]
+struct KernelAcc {
+    count: u64,
+    timed: u64,
+    total: u64,
+    min: u64,
+    max: u64,
+    launch: u64,
+}
+
+/// One process's accumulator.
+#[derive(Debug)]
+pub struct ProcessIngest {
+    step_name: String,
+    names: Vec<String>,
+    name_ids: HashMap<String, u32>,
+    name_acc: Vec<NameAcc>,
+    nodes: Vec<Node>,
+    children: HashMap<(u32, u32), u32>,
+    stacks: HashMap<u64, Vec<Frame>>,
+    thread_names: HashMap<u64, String>,
+    /// Open span id -> node, for GPU operations that name their enclosing span.
+    open_spans: HashMap<u64, u32>,
+    /// Span id -> name id of spans entered and not yet closed (a call is counted at close).
+    unclosed: HashMap<u64, u32>,
+    steps: Vec<(u64, u64, u64)>,
+    step_ordinal: u64,
+    kernels_iv: Vec<(u64, u64)>,
+    copies_iv: Vec<(u64, u64)>,
+    syncs_iv: Vec<(u64, u64)>,
+    kernels: Vec<(String, KernelAcc)>,
+    kernel_ids: HashMap<String, u32>,
+    copy_kinds: Vec<((Direction, Option<bool>), OpTotals)>,
+    copy_kind_ids: HashMap<(Direction, Option<bool>), u32>,
+    copy_sites: Vec<(SiteKey, OpTotals)>,
+    copy_site_ids: HashMap<SiteKey, u32>,
+    pending: HashMap<u64, (Option<u32>, GpuTarget)>,
+    device_total: u64,
+    sampled_peak: u64,
+    samples: Vec<(u64, u64)>,
+    memsets: OpTotals,
+    sync_sites: HashMap<String, (u64, u64)>,
+    sync_count: u64,
+    sync_blocked: u64,
+    mem_current: i128,
+    memory: MemoryStats,
+    mem_bucket_ns: u64,
+    streams: BTreeSet<u64>,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    events: u64,
+    dropped: u64,
+}
+
+impl ProcessIngest {
+    /// A fresh accumulator; `step_span` names the spans that mark steps.
+    pub fn new(step_span: &str) -> Self {
+        Self {
+            step_name: step_span.to_owned(),
+            names: Vec::new(),
+            name_ids: HashMap::new(),
+            name_acc: Vec::new(),
+            nodes: Vec::new(),
+            children: HashMap::new(),
+            stacks: HashMap::new(),
+            thread_names: HashMap::new(),
+            open_spans: HashMap::new(),
+            unclosed: HashMap::new(),
+            steps: Vec::new(),
+            step_ordinal: 0,
+            kernels_iv: Vec::new(),
+            copies_iv: Vec::new(),
+            syncs_iv: Vec::new(),
+            kernels: Vec::new(),
+            kernel_ids: HashMap::new(),
+            copy_kinds: Vec::new(),
+            copy_kind_ids: HashMap::new(),
+            copy_sites: Vec::new(),
+            copy_site_ids: HashMap::new(),
+            pending: HashMap::new(),
+            device_total: 0,
+            sampled_peak: 0,
+            samples: Vec::new(),
+            memsets: OpTotals::default(),
+            sync_sites: HashMap::new(),
+            sync_count: 0,
+            sync_blocked: 0,
+            mem_current: 0,
+            memory: MemoryStats::default(),
+            mem_bucket_ns: 0,
+            streams: BTreeSet::new(),
+            first_ts: None,
+            last_ts: 0,
+            events: 0,
+            dropped: 0,
+        }
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.name_ids.insert(name.to_owned(), id);
+        self.name_acc.push(NameAcc::default());
+        id
+    }
+
+    fn child(&mut self, parent: u32, name: u32) -> u32 {
+        if let Some(&n) = self.children.get(&(parent, name)) {
+            return n;
+        }
+        let id = self.nodes.len() as u32;
+        self.nodes.push(Node {
+            parent,
+            name,
+            host_self_ns: 0,
+            gpu_ns: 0,
+        });
+        self.children.insert((parent, name), id);
+        id
+    }
+
+    fn see_ts(&mut self, ts: u64) {
+        if self.first_ts.is_none_or(|f| ts < f) {
+            self.first_ts = Some(ts);
+        }
+        self.last_ts = self.last_ts.max(ts);
+    }
+
+    /// Feeds one event.
+    pub fn push(&mut self, event: &Event<'_>) {
+        self.events += 1;
+        match *event {
+            Event::Thread { thread, name } => {
+                self.thread_names.insert(thread, name.to_owned());
+            }
+            Event::Enter {
+                thread,
+                span,
+                name,
+                step,
+                ts_ns,
+            } => {
+                self.see_ts(ts_ns);
+                let name = self.intern(name);
+                let parent = self
+                    .stacks
+                    .get(&thread)
+                    .and_then(|s| s.last())
+                    .map_or(NO_PARENT, |f| f.node);
+                let node = self.child(parent, name);
+                self.open_spans.insert(span, node);
+                self.unclosed.insert(span, name);
+                self.thread_names.entry(thread).or_default();
+                self.stacks.entry(thread).or_default().push(Frame {
+                    span,
+                    node,
+                    name,
+                    start: ts_ns,
+                    child_ns: 0,
+                    step,
+                });
+            }
+            Event::Exit {
+                thread,
+                span,
+                ts_ns,
+            } => {
+                self.see_ts(ts_ns);
+                let Some(stack) = self.stacks.get(&thread) else {
+                    // An exit without its enter (the trace began mid-span): nothing to close.
+                    return;
+                };
+                let Some(pos) = stack.iter().rposition(|f| f.span == span) else {
+                    return;
+                };
+                // Spans above the one exited were left open (out-of-order exit): close them too.
+                while self.stacks.get(&thread).is_some_and(|s| s.len() > pos) {
+                    self.close_top(thread, ts_ns);
+                }
+            }
+            Event::Close { span } => {
+                if let Some(name) = self.unclosed.remove(&span) {
+                    self.name_acc[name as usize].calls += 1;
+                }
+            }
+            Event::Gpu(op) => self.gpu(&op),
+            Event::GpuTiming {
+                id,
+                gpu_start_ns,
+                gpu_end_ns,
+            } => {
+                if let Some((node, target)) = self.pending.remove(&id) {
+                    self.gpu_time(node, target, gpu_start_ns, gpu_end_ns);
+                }
+            }
+            Event::Device { total_bytes } => {
+                self.device_total = self.device_total.max(total_bytes);
+            }
+            Event::DeviceMemory {
+                ts_ns,
+                used_bytes,
+                total_bytes,
+            } => {
+                self.see_ts(ts_ns);
+                self.device_total = self.device_total.max(total_bytes);
+                if used_bytes > self.sampled_peak {
+                    self.sampled_peak = used_bytes;
+                }
+                if self.samples.len() < MEMORY_POINTS * 4 {
+                    self.samples.push((ts_ns, used_bytes));
+                }
+            }
+            Event::Dropped { count } => self.dropped += count,
+            Event::Other { ts_ns } => {
+                if let Some(ts) = ts_ns {
+                    self.see_ts(ts);
+                }
+            }
+        }
+    }
+
+    fn close_top(&mut self, thread: u64, ts: u64) {
+        let Some(stack) = self.stacks.get_mut(&thread) else {
+            return;
+        };
+        let Some(frame) = stack.pop() else {
+            return;
+        };
+        let dur = ts.saturating_sub(frame.start);
+        let self_ns = dur.saturating_sub(frame.child_ns);
+        let outermost = !stack.iter().any(|f| f.name == frame.name);
+        if let Some(parent) = stack.last_mut() {
+            parent.child_ns += dur;
+        }
+        self.open_spans.remove(&frame.span);
+        self.nodes[frame.node as usize].host_self_ns += self_ns;
+        let acc = &mut self.name_acc[frame.name as usize];
+        acc.exits += 1;
+        acc.self_ns += self_ns;
+        acc.max = acc.max.max(dur);
+        if outermost {
+            acc.total += dur;
+        }
+        if self.names[frame.name as usize] == self.step_name {
+            let index = frame.step.unwrap_or(self.step_ordinal);
+            self.step_ordinal += 1;
+            self.steps.push((index, frame.start, ts.max(frame.start)));
+        }
+    }
+
+    fn location(op: &GpuOp<'_>) -> String {
+        match op.file {
+            Some(f) if !f.is_empty() => format!("{f}:{}", op.line),
+            _ => "unknown".to_owned(),
+        }
+    }
+
+    fn kernel_index(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.kernel_ids.get(name) {
+            return i;
+        }
+        let i = self.kernels.len() as u32;
+        self.kernels.push((name.to_owned(), KernelAcc::default()));
+        self.kernel_ids.insert(name.to_owned(), i);
+        i
+    }
+
+    fn copy_kind_index(&mut self, key: (Direction, Option<bool>)) -> u32 {
+        if let Some(&i) = self.copy_kind_ids.get(&key) {
+            return i;
+        }
+        let i = self.copy_kinds.len() as u32;
+        self.copy_kinds.push((key, OpTotals::default()));
+        self.copy_kind_ids.insert(key, i);
+        i
+    }
+
+    fn copy_site_index(&mut self, key: SiteKey) -> u32 {
+        if let Some(&i) = self.copy_site_ids.get(&key) {
+            return i;
+        }
+        let i = self.copy_sites.len() as u32;
+        self.copy_sites.push((key.clone(), OpTotals::default()));
+        self.copy_site_ids.insert(key, i);
+        i
+    }
+
+    fn gpu(&mut self, op: &GpuOp<'_>) {
+        self.see_ts(op.host_start_ns);
+        self.see_ts(op.host_end_ns);
+        if let Some(stream) = op.stream
+            && !matches!(op.kind, OpKind::Alloc | OpKind::Free | OpKind::Sync)
+        {
+            self.streams.insert(stream);
+        }
+        let host_ns = op.host_end_ns.saturating_sub(op.host_start_ns);
+        // The issuing host stack: the enclosing span the recorder named, else the thread's top.
+        let node = op
+            .span
+            .and_then(|s| self.open_spans.get(&s).copied())
+            .or_else(|| {
+                self.stacks
+                    .get(&op.thread)
+                    .and_then(|s| s.last())
+                    .map(|f| f.node)
+            });
+        let target = match op.kind {
+            OpKind::Kernel => {
+                let k = self.kernel_index(op.name);
+                let acc = &mut self.kernels[k as usize].1;
+                acc.count += 1;
+                acc.launch += host_ns;
+                GpuTarget::Kernel(k)
+            }
+            OpKind::Copy(direction) => {
+                let pinned = if direction == Direction::D2D {
+                    None
+                } else {
+                    op.pinned
+                };
+                let kind = self.copy_kind_index((direction, pinned));
+                let site = self.copy_site_index((Self::location(op), direction, pinned));
+                let t = &mut self.copy_kinds[kind as usize].1;
+                t.count += 1;
+                t.bytes += op.bytes;
+                t.host_ns += host_ns;
+                let t = &mut self.copy_sites[site as usize].1;
+                t.count += 1;
+                t.bytes += op.bytes;
+                t.host_ns += host_ns;
+                GpuTarget::Copy { kind, site }
+            }
+            OpKind::Memset => {
+                self.memsets.count += 1;
+                self.memsets.bytes += op.bytes;
+                self.memsets.host_ns += host_ns;
+                GpuTarget::Memset
+            }
+            OpKind::Sync => {
+                self.sync_count += 1;
+                self.sync_blocked += host_ns;
+                let site = self.sync_sites.entry(Self::location(op)).or_default();
+                site.0 += 1;
+                site.1 += host_ns;
+                if host_ns > 0 {
+                    self.syncs_iv.push((op.host_start_ns, op.host_end_ns));
+                }
+                return;
+            }
+            OpKind::Alloc => {
+                self.memory.allocs += 1;
+                self.memory.allocated_bytes += op.bytes;
+                self.mem_current += i128::from(op.bytes);
+                self.memory_point(op.host_end_ns);
+                return;
+            }
+            OpKind::Free => {
+                self.memory.frees += 1;
+                self.mem_current -= i128::from(op.bytes);
+                self.memory_point(op.host_end_ns);
+                return;
+            }
+        };
+        match (op.gpu_start_ns, op.gpu_end_ns) {
+            (Some(s), Some(e)) => self.gpu_time(node, target, s, e),
+            _ if op.id != 0 => {
+                self.pending.insert(op.id, (node, target));
+            }
+            _ => {}
+        }
+    }
+
+    /// Accounts the GPU time of an operation (at issue, or when its timing arrives).
+    fn gpu_time(&mut self, node: Option<u32>, target: GpuTarget, start: u64, end: u64) {
+        self.see_ts(start);
+        self.see_ts(end);
+        let gpu_ns = end.saturating_sub(start);
+        if gpu_ns > 0 {
+            let node = match node {
+                Some(n) => n,
+                None => {
+                    let root = self.intern("[no span]");
+                    self.child(NO_PARENT, root)
+                }
+            };
+            self.nodes[node as usize].gpu_ns += gpu_ns;
+        }
+        match target {
+            GpuTarget::Kernel(k) => {
+                let acc = &mut self.kernels[k as usize].1;
+                if acc.timed == 0 || gpu_ns < acc.min {
+                    acc.min = gpu_ns;
+                }
+                acc.timed += 1;
+                acc.total += gpu_ns;
+                acc.max = acc.max.max(gpu_ns);
+                if gpu_ns > 0 {
+                    self.kernels_iv.push((start, end));
+                }
+            }
+            GpuTarget::Copy { kind, site } => {
+                self.copy_kinds[kind as usize].1.gpu_ns += gpu_ns;
+                self.copy_sites[site as usize].1.gpu_ns += gpu_ns;
+                if gpu_ns > 0 {
+                    self.copies_iv.push((start, end));
+                }
+            }
+            GpuTarget::Memset => {
+                self.memsets.gpu_ns += gpu_ns;
+                if gpu_ns > 0 {
+                    self.copies_iv.push((start, end));
+                }
+            }
+        }
+    }
+
+    fn memory_point(&mut self, ts: u64) {
+        let current = self.mem_current.max(0) as u64;
+        if current > self.memory.peak_bytes {
+            self.memory.peak_bytes = current;
+            self.memory.peak_at_ns = ts;
+        }
+        let series = &mut self.memory.series;
+        // Same bucket as the last point: keep the maximum.
+        if let Some(last) = series.last_mut()
+            && self.mem_bucket_ns > 0
+            && ts / self.mem_bucket_ns == last.0 / self.mem_bucket_ns
+        {
+            last.1 = last.1.max(current);
+            return;
+        }
+        series.push((ts, current));
+        if series.len() >= MEMORY_POINTS {
+            self.mem_bucket_ns = (self.mem_bucket_ns * 2).max(ts / MEMORY_POINTS as u64 + 1);
+            let bucket = self.mem_bucket_ns;
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(MEMORY_POINTS / 2);
+            for &(t, b) in series.iter() {
+                match merged.last_mut() {
+                    Some(last) if t / bucket == last.0 / bucket => last.1 = last.1.max(b),
+                    _ => merged.push((t, b)),
+                }
+            }
+            *series = merged;
+        }
+    }
+
+    /// Closes open spans and computes the analysis of this process.
+    pub fn finish(
+        mut self,
+        meta: ProcessMeta,
+        complete: bool,
+        read_error: Option<String>,
+        options: &AnalyzeOptions,
+    ) -> ProcessAnalysis {
+        let end = self.last_ts;
+        let mut unclosed = 0u64;
+        let threads: Vec<u64> = self.stacks.keys().copied().collect();
+        for thread in threads {
+            while self.stacks.get(&thread).is_some_and(|s| !s.is_empty()) {
+                self.close_top(thread, end);
+                unclosed += 1;
+            }
+        }
+        // Spans entered but never closed (trace cut short, or never dropped) count once.
+        for (_, name) in std::mem::take(&mut self.unclosed) {
+            self.name_acc[name as usize].calls += 1;
+        }
+        let start = self.first_ts.unwrap_or(0);
+        let duration_ns = end.saturating_sub(start);
+
+        // Spans by name.
+        let mut spans: Vec<SpanStats> = self
+            .names
+            .iter()
+            .zip(&self.name_acc)
+            .filter(|(_, a)| a.exits > 0)
+            .map(|(name, a)| SpanStats {
+                name: name.clone(),
+                calls: a.calls,
+                total_ns: a.total,
+                self_ns: a.self_ns,
+                mean_ns: a.total / a.calls.max(1),
+                max_ns: a.max,
+            })
+            .collect();
+        spans.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
+
+        // GPU unions.
+        let kernels_u = IntervalUnion::build(std::mem::take(&mut self.kernels_iv));
+        let copies_u = IntervalUnion::build(std::mem::take(&mut self.copies_iv));
+        let syncs_u = IntervalUnion::build(std::mem::take(&mut self.syncs_iv));
+        let busy_u = kernels_u.merge(&copies_u);
+        let busy_sync_u = busy_u.merge(&syncs_u);
+        let breakdown = |a: u64, b: u64| {
+            let wall = b.saturating_sub(a);
+            let kernel = kernels_u.covered(a, b);
+            let busy = busy_u.covered(a, b);
+            let with_sync = busy_sync_u.covered(a, b);
+            StepBreakdown {
+                wall_ns: wall,
+                kernel_ns: kernel,
+                copy_ns: busy - kernel,
+                sync_wait_ns: with_sync - busy,
+                idle_ns: wall.saturating_sub(with_sync),
+                sync_blocked_ns: syncs_u.covered(a, b),
+            }
+        };
+
+        // Steps.
+        self.steps.sort_by_key(|s| s.1);
+        let durations: Vec<u64> = self.steps.iter().map(|s| s.2 - s.1).collect();
+        let mut total = StepBreakdown::default();
+        let per_step: Vec<StepPoint> = self
+            .steps
+            .iter()
+            .map(|&(index, a, b)| {
+                let bd = breakdown(a, b);
+                add_breakdown(&mut total, &bd);
+                StepPoint {
+                    index,
+                    start_ns: a,
+                    breakdown: bd,
+                }
+            })
+            .collect();
+        let timeline_windows = crate::timeline::choose_windows(&per_step);
+        let bucket = per_step
+            .len()
+            .div_ceil(options.max_step_series.max(1))
+            .max(1);
+        let series = per_step
+            .chunks(bucket)
+            .map(|chunk| {
+                let mut sum = StepBreakdown::default();
+                for p in chunk {
+                    add_breakdown(&mut sum, &p.breakdown);
+                }
+                let n = chunk.len() as u64;
+                StepPoint {
+                    index: chunk[0].index,
+                    start_ns: chunk[0].start_ns,
+                    breakdown: StepBreakdown {
+                        wall_ns: sum.wall_ns / n,
+                        kernel_ns: sum.kernel_ns / n,
+                        copy_ns: sum.copy_ns / n,
+                        sync_wait_ns: sum.sync_wait_ns / n,
+                        idle_ns: sum.idle_ns / n,
+                        sync_blocked_ns: sum.sync_blocked_ns / n,
+                    },
+                }
+            })
+            .collect();
+        let steps = StepSummary {
+            span_name: self.step_name.clone(),
+            duration: Distribution::of(&durations),
+            total,
+            series,
+            series_bucket: bucket as u64,
+        };
+
+        let busy = busy_u.covered(start, end.max(start));
+        let longest_gap_ns = match (busy_u.iter().next(), busy_u.iter().last()) {
+            (Some((first, _)), Some((_, last))) => busy_u
+                .gaps(first, last)
+                .iter()
+                .map(|(a, b)| b - a)
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let gpu = GpuTime {
+            window_ns: duration_ns,
+            busy_ns: busy,
+            kernel_ns: kernels_u.covered(start, end.max(start)),
+            idle_ns: duration_ns.saturating_sub(busy),
+            utilization_percent: if duration_ns > 0 && !busy_u.is_empty() {
+                round2(busy as f64 / duration_ns as f64 * 100.0)
+            } else {
+                0.0
+            },
+            in_steps: steps.total.clone(),
+            longest_gap_ns,
+        };
+
+        // Copies.
+        let mut copies = CopyStats::default();
+        let mut by_kind: Vec<CopyGroup> = std::mem::take(&mut self.copy_kinds)
+            .into_iter()
+            .map(|((direction, pinned), totals)| {
+                add_totals(&mut copies.total, &totals);
+                CopyGroup {
+                    direction,
+                    pinned,
+                    bandwidth_gbps: round_sig(totals.bandwidth_gbps()),
+                    totals,
+                }
+            })
+            .collect();
+        by_kind.sort_by(|a, b| {
+            (a.direction, a.pinned.map(|p| !p)).cmp(&(b.direction, b.pinned.map(|p| !p)))
+        });
+        copies.by_kind = by_kind;
+        let mut by_site: Vec<CopySite> = std::mem::take(&mut self.copy_sites)
+            .into_iter()
+            .map(|((location, direction, pinned), totals)| CopySite {
+                location,
+                direction,
+                pinned,
+                bandwidth_gbps: round_sig(totals.bandwidth_gbps()),
+                totals,
+            })
+            .collect();
+        by_site.sort_by(|a, b| {
+            b.totals
+                .gpu_ns
+                .cmp(&a.totals.gpu_ns)
+                .then(b.totals.bytes.cmp(&a.totals.bytes))
+                .then(a.location.cmp(&b.location))
+                .then(a.direction.cmp(&b.direction))
+        });
+        copies.by_site = by_site;
+
+        // Kernels.
+        let mut kernels: Vec<KernelStats> = std::mem::take(&mut self.kernels)
+            .into_iter()
+            .map(|(name, k)| KernelStats {
+                name,
+                count: k.count,
+                total_ns: k.total,
+                mean_ns: k.total / k.timed.max(1),
+                min_ns: k.min,
+                max_ns: k.max,
+                launch_ns: k.launch,
+            })
+            .collect();
+        kernels.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
+
+        // Syncs.
+        let mut sync_sites: Vec<SyncSite> = self
+            .sync_sites
+            .into_iter()
+            .map(|(location, (count, blocked_ns))| SyncSite {
+                location,
+                count,
+                blocked_ns,
+            })
+            .collect();
+        sync_sites.sort_by(|a, b| {
+            b.blocked_ns
+                .cmp(&a.blocked_ns)
+                .then(a.location.cmp(&b.location))
+        });
+
+        // Folded stacks.
+        let mut stacks: Vec<StackTime> = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.host_self_ns == 0 && node.gpu_ns == 0 {
+                continue;
+            }
+            let mut frames = Vec::new();
+            let mut cur = i as u32;
+            while cur != NO_PARENT {
+                let n = &self.nodes[cur as usize];
+                frames.push(self.names[n.name as usize].clone());
+                cur = n.parent;
+            }
+            frames.reverse();
+            stacks.push(StackTime {
+                frames,
+                host_ns: node.host_self_ns,
+                gpu_ns: node.gpu_ns,
+            });
+        }
+        if stacks.len() > options.max_stacks {
+            stacks.sort_by_key(|s| std::cmp::Reverse(s.host_ns + s.gpu_ns));
+            stacks.truncate(options.max_stacks);
+        }
+        stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
+
+        let mut memory = std::mem::take(&mut self.memory);
+        memory.device_total_bytes = self.device_total;
+        if self.sampled_peak > memory.peak_bytes {
+            memory.peak_bytes = self.sampled_peak;
+            memory.peak_at_ns = self
+                .samples
+                .iter()
+                .find(|s| s.1 == self.sampled_peak)
+                .map_or(0, |s| s.0);
+        }
+        if memory.series.is_empty() && !self.samples.is_empty() {
+            let step = self.samples.len().div_ceil(MEMORY_POINTS).max(1);
+            memory.series = self
+                .samples
+                .chunks(step)
+                .map(|c| (c[0].0, c.iter().map(|s| s.1).max().unwrap_or(0)))
+                .collect();
+        }
+        let mut threads: Vec<ThreadInfo> = self
+            .thread_names
+            .into_iter()
+            .map(|(id, name)| ThreadInfo { id, name })
+            .collect();
+        threads.sort_by_key(|t| t.id);
+
+        ProcessAnalysis {
+            meta,
+            offset_ns: 0,
+            duration_ns,
+            events: self.events,
+            dropped_events: self.dropped,
+            complete,
+            read_error,
+            unclosed_spans: unclosed,
+            threads,
+            streams: self.streams.into_iter().collect(),
+            spans,
+            steps,
+            gpu,
+            copies,
+            kernels,
+            memsets: self.memsets,
+            syncs: SyncStats {
+                count: self.sync_count,
+                blocked_ns: self.sync_blocked,
+                by_site: sync_sites,
+            },
+            memory,
+            stacks,
+            timeline_windows,
+        }
+    }
+}
+
+fn add_breakdown(sum: &mut StepBreakdown, b: &StepBreakdown) {
+    sum.wall_ns += b.wall_ns;
+    sum.kernel_ns += b.kernel_ns;
+    sum.copy_ns += b.copy_ns;
+    sum.sync_wait_ns += b.sync_wait_ns;
+    sum.idle_ns += b.idle_ns;
+    sum.sync_blocked_ns += b.sync_blocked_ns;
+}
+
+fn add_totals(sum: &mut OpTotals, t: &OpTotals) {
+    sum.count += t.count;
+    sum.bytes += t.bytes;
+    sum.gpu_ns += t.gpu_ns;
+    sum.host_ns += t.host_ns;
+}
+
+/// Rounds to four significant digits (bandwidths span KB/s to TB/s).
+pub(crate) fn round_sig(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return 0.0;
+    }
+    let scale = 10f64.powi(3 - v.abs().log10().floor() as i32);
+    (v * scale).round() / scale
+}
+
+/// Rounds to two decimals (percentages in JSON).
+pub(crate) fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+/// Rounds to three decimals (stable JSON output).
+pub(crate) fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}

@@ -1,0 +1,444 @@
+//! The analysis of a run: what every report format renders.
+//!
+//! All times are nanoseconds. Process-relative times count from the process's own trace
+//! start; `offset_ns` places a process on the run's common wall clock.
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::Distribution;
+
+/// The analysis of a run: one or several traced processes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Analysis {
+    /// Where the traces came from (as given on the command line).
+    pub source: String,
+    /// Wall-clock start of the earliest process (Unix epoch, nanoseconds).
+    pub start_unix_ns: u64,
+    /// From the earliest process start to the latest process end.
+    pub duration_ns: u64,
+    /// False when any trace was cut short (the program crashed or was killed).
+    pub complete: bool,
+    /// One entry per traced process, ordered by rank, then start time.
+    pub processes: Vec<ProcessAnalysis>,
+    /// Per-rank step comparison when several processes ran steps.
+    pub ranks: Option<RankComparison>,
+    /// A few steps of the primary process, event by event, for the timeline.
+    pub timeline: Timeline,
+    /// The trace file of each process (same order as `processes`; empty when the analysis
+    /// was not read from files).
+    #[serde(skip)]
+    pub files: Vec<std::path::PathBuf>,
+    /// The trace file or run directory analysed (empty when not read from files).
+    #[serde(skip)]
+    pub source_path: std::path::PathBuf,
+}
+
+/// Identity of a traced process, as its trace header records it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProcessMeta {
+    /// The trace file name (relative to the analysed directory).
+    pub file: String,
+    /// Operating-system process id.
+    pub pid: u32,
+    /// Host name.
+    pub host: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// `RANK` of a distributed job, when set.
+    pub rank: Option<u32>,
+    /// `LOCAL_RANK`, when set.
+    pub local_rank: Option<u32>,
+    /// `WORLD_SIZE`, when set.
+    pub world_size: Option<u32>,
+    /// Wall-clock start of the trace (Unix epoch, nanoseconds).
+    pub start_unix_ns: u64,
+}
+
+impl ProcessMeta {
+    /// A short label: `rank 3` or `pid 1234`.
+    pub fn label(&self) -> String {
+        match self.rank {
+            Some(r) => format!("rank {r}"),
+            None => format!("pid {}", self.pid),
+        }
+    }
+}
+
+/// Everything measured in one process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessAnalysis {
+    /// Identity of the process.
+    pub meta: ProcessMeta,
+    /// Start of this process on the run's clock (relative to the earliest process).
+    pub offset_ns: u64,
+    /// Traced duration (first to last timestamp).
+    pub duration_ns: u64,
+    /// Records read from the trace file.
+    pub events: u64,
+    /// Events the recorder had to drop (its queue was full).
+    pub dropped_events: u64,
+    /// False when the trace ends without its end record.
+    pub complete: bool,
+    /// Reading stopped early at a damaged record: the reader's message (with the byte offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_error: Option<String>,
+    /// Spans still open when the trace ended (closed at the last timestamp).
+    pub unclosed_spans: u64,
+    /// Host threads seen.
+    pub threads: Vec<ThreadInfo>,
+    /// CUDA streams seen.
+    pub streams: Vec<u64>,
+    /// Per span name: calls, total and self time, sorted by total time.
+    pub spans: Vec<SpanStats>,
+    /// Step statistics.
+    pub steps: StepSummary,
+    /// GPU busy and idle time.
+    pub gpu: GpuTime,
+    /// Memory copies.
+    pub copies: CopyStats,
+    /// Kernels by name, sorted by total GPU time.
+    pub kernels: Vec<KernelStats>,
+    /// Memsets by stream-less aggregate.
+    pub memsets: OpTotals,
+    /// Synchronizations and the host time they blocked.
+    pub syncs: SyncStats,
+    /// Device memory.
+    pub memory: MemoryStats,
+    /// Folded stacks: host self time and GPU time per span stack.
+    pub stacks: Vec<StackTime>,
+    /// Steps chosen for the event-level timeline (an early, the median and the slowest step),
+    /// picked from the exact per-step list; not serialised.
+    #[serde(skip)]
+    pub timeline_windows: Vec<TimelineWindow>,
+}
+
+/// A host thread.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// Thread id as recorded.
+    pub id: u64,
+    /// Thread name, when known.
+    pub name: String,
+}
+
+/// Per-span-name totals.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpanStats {
+    /// Span name.
+    pub name: String,
+    /// Completed calls.
+    pub calls: u64,
+    /// Wall time inside the span (outermost occurrences only, so recursion is not counted twice).
+    pub total_ns: u64,
+    /// Wall time inside the span minus time in its child spans.
+    pub self_ns: u64,
+    /// Mean wall time per call.
+    pub mean_ns: u64,
+    /// Longest call.
+    pub max_ns: u64,
+}
+
+/// Steps of one process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StepSummary {
+    /// Name of the span that marks a step.
+    pub span_name: String,
+    /// Distribution of step wall times.
+    pub duration: Distribution,
+    /// Sum over steps of the breakdown.
+    pub total: StepBreakdown,
+    /// Per-step breakdown; at most [`crate::AnalyzeOptions::max_step_series`] entries
+    /// (consecutive steps averaged into buckets beyond that).
+    pub series: Vec<StepPoint>,
+    /// Steps averaged in each `series` entry (1 when every step is listed).
+    pub series_bucket: u64,
+}
+
+/// How a step's wall time splits by what the GPU (or, when idle, the host) was doing.
+///
+/// The four parts partition the step's wall time, with priority kernel > copy > sync wait > idle:
+/// `copy_ns` counts copies that do not overlap a kernel, `sync_wait_ns` counts time in which the
+/// GPU is idle while the host is blocked in a synchronization, `idle_ns` is the rest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepBreakdown {
+    /// Wall time of the step(s).
+    pub wall_ns: u64,
+    /// A kernel was running.
+    pub kernel_ns: u64,
+    /// A copy or memset was running and no kernel.
+    pub copy_ns: u64,
+    /// The GPU was idle and the host blocked in a synchronization.
+    pub sync_wait_ns: u64,
+    /// The GPU was idle otherwise.
+    pub idle_ns: u64,
+    /// Host time blocked in synchronizations (whatever the GPU did meanwhile).
+    pub sync_blocked_ns: u64,
+}
+
+/// One entry of the per-step series.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepPoint {
+    /// Index of the (first) step: the span's `step` field when recorded, else its ordinal.
+    pub index: u64,
+    /// Start on the process clock.
+    pub start_ns: u64,
+    /// Breakdown (averaged over the bucket).
+    #[serde(flatten)]
+    pub breakdown: StepBreakdown,
+}
+
+/// GPU time over the whole trace and inside steps.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct GpuTime {
+    /// Window considered: the traced duration.
+    pub window_ns: u64,
+    /// Some GPU work (kernel, copy, memset) was running.
+    pub busy_ns: u64,
+    /// A kernel was running.
+    pub kernel_ns: u64,
+    /// `window_ns - busy_ns`.
+    pub idle_ns: u64,
+    /// `busy_ns / window_ns` in percent, two decimals (0 when there is no GPU work).
+    pub utilization_percent: f64,
+    /// The same, counting only time inside steps.
+    pub in_steps: StepBreakdown,
+    /// Longest stretch without GPU work between the first and the last GPU operation.
+    pub longest_gap_ns: u64,
+}
+
+/// Direction of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Direction {
+    /// Host to device.
+    H2D,
+    /// Device to host.
+    D2H,
+    /// Device to device.
+    D2D,
+}
+
+impl Direction {
+    /// `H2D`, `D2H` or `D2D`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::H2D => "H2D",
+            Direction::D2H => "D2H",
+            Direction::D2D => "D2D",
+        }
+    }
+}
+
+/// Totals of a group of GPU operations.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OpTotals {
+    /// Operations.
+    pub count: u64,
+    /// Bytes moved or set.
+    pub bytes: u64,
+    /// GPU time (end minus start, summed).
+    pub gpu_ns: u64,
+    /// Host time spent in the enqueuing calls.
+    pub host_ns: u64,
+}
+
+impl OpTotals {
+    /// Achieved bandwidth in GB/s (bytes per GPU nanosecond), 0 when no time was measured.
+    pub fn bandwidth_gbps(&self) -> f64 {
+        if self.gpu_ns == 0 {
+            0.0
+        } else {
+            self.bytes as f64 / self.gpu_ns as f64
+        }
+    }
+}
+
+/// Copies grouped by direction and host memory kind.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CopyGroup {
+    /// Direction.
+    pub direction: Direction,
+    /// Host memory was pinned (page-locked); `None` for device-to-device.
+    pub pinned: Option<bool>,
+    /// Totals.
+    #[serde(flatten)]
+    pub totals: OpTotals,
+    /// Achieved bandwidth, GB/s.
+    pub bandwidth_gbps: f64,
+}
+
+/// Copies issued from one source line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CopySite {
+    /// `file:line` of the caller, or `unknown`.
+    pub location: String,
+    /// Direction.
+    pub direction: Direction,
+    /// Host memory was pinned; `None` for device-to-device or mixed.
+    pub pinned: Option<bool>,
+    /// Totals.
+    #[serde(flatten)]
+    pub totals: OpTotals,
+    /// Achieved bandwidth, GB/s.
+    pub bandwidth_gbps: f64,
+}
+
+/// All copies.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CopyStats {
+    /// Sum over every copy.
+    pub total: OpTotals,
+    /// By direction and pinned/pageable.
+    pub by_kind: Vec<CopyGroup>,
+    /// By caller source line, sorted by GPU time.
+    pub by_site: Vec<CopySite>,
+}
+
+/// Kernels of one name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KernelStats {
+    /// Kernel name.
+    pub name: String,
+    /// Launches.
+    pub count: u64,
+    /// GPU time, summed.
+    pub total_ns: u64,
+    /// Mean GPU time.
+    pub mean_ns: u64,
+    /// Shortest launch.
+    pub min_ns: u64,
+    /// Longest launch.
+    pub max_ns: u64,
+    /// Host time spent in the launch calls, summed.
+    pub launch_ns: u64,
+}
+
+/// Synchronizations.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SyncStats {
+    /// Number of synchronizations.
+    pub count: u64,
+    /// Host time blocked in them.
+    pub blocked_ns: u64,
+    /// By caller source line, sorted by blocked time.
+    pub by_site: Vec<SyncSite>,
+}
+
+/// Synchronizations issued from one source line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SyncSite {
+    /// `file:line` of the caller, or `unknown`.
+    pub location: String,
+    /// Number of synchronizations.
+    pub count: u64,
+    /// Host time blocked.
+    pub blocked_ns: u64,
+}
+
+/// Device memory.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemoryStats {
+    /// High-water mark of device memory: the highest of the bytes held through recorded
+    /// allocations and of the in-use samples (`cuMemGetInfo`), when there are any.
+    pub peak_bytes: u64,
+    /// Total memory of the device (0 when unknown).
+    pub device_total_bytes: u64,
+    /// When the peak was reached (process clock).
+    pub peak_at_ns: u64,
+    /// Allocations.
+    pub allocs: u64,
+    /// Frees.
+    pub frees: u64,
+    /// Bytes allocated, summed.
+    pub allocated_bytes: u64,
+    /// Allocated bytes over time, `(time_ns, bytes)`, downsampled keeping each bucket's maximum
+    /// (from the in-use samples when no allocation was recorded).
+    pub series: Vec<(u64, u64)>,
+}
+
+/// Time attributed to one span stack.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StackTime {
+    /// Frames, outermost first.
+    pub frames: Vec<String>,
+    /// Host wall time spent directly in the innermost span (self time).
+    pub host_ns: u64,
+    /// GPU time of the work issued while this stack was current.
+    pub gpu_ns: u64,
+}
+
+/// Steps compared across ranks (processes) of one run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RankComparison {
+    /// One row per process that ran steps.
+    pub rows: Vec<RankRow>,
+    /// Label of the slowest process by median step time.
+    pub straggler: String,
+    /// How much slower the straggler's median step is than the median of the other
+    /// processes' medians, in percent (two decimals).
+    pub straggler_excess_percent: f64,
+}
+
+/// Step times of one rank.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RankRow {
+    /// `rank N` or `pid N`.
+    pub label: String,
+    /// Host.
+    pub host: String,
+    /// Step time distribution.
+    pub steps: Distribution,
+    /// Steps in which this rank was the slowest of all (steps matched by index).
+    pub slowest_in_steps: u64,
+}
+
+/// Event-level view of a few steps of the primary process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Label of the process shown.
+    pub process: String,
+    /// The chosen step windows.
+    pub windows: Vec<TimelineWindow>,
+    /// Tracks: host threads first, then CUDA streams.
+    pub tracks: Vec<TimelineTrack>,
+}
+
+/// One chosen step.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TimelineWindow {
+    /// Why it was chosen (`median step`, `slowest step`, ...).
+    pub label: String,
+    /// Step index.
+    pub step: u64,
+    /// Start on the process clock.
+    pub start_ns: u64,
+    /// End on the process clock.
+    pub end_ns: u64,
+    /// Items dropped because the window held more than the per-window cap.
+    pub truncated: u64,
+}
+
+/// One track of the timeline.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TimelineTrack {
+    /// `thread main` or `stream 7`.
+    pub name: String,
+    /// Items on the track (all windows together), ascending start.
+    pub items: Vec<TimelineItem>,
+}
+
+/// One span or GPU operation on a track.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TimelineItem {
+    /// Window this item belongs to (index into `windows`).
+    pub window: u32,
+    /// Start on the process clock.
+    pub start_ns: u64,
+    /// Duration.
+    pub dur_ns: u64,
+    /// Nesting depth on its track.
+    pub depth: u32,
+    /// `span`, `kernel`, `H2D`, `D2H`, `D2D`, `memset`, `sync`.
+    pub kind: String,
+    /// Span or kernel name.
+    pub name: String,
+}

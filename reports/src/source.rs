@@ -1,0 +1,248 @@
+//! Reading perfkit trace files (through `perfkit-profiler`'s streaming reader) as [`Event`]s.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use perfkit_profiler::model::{FieldValue, GpuOpKind, HostMemory, Record};
+use perfkit_profiler::{TraceReader, TraceStatus};
+
+use crate::error::{Error, Result};
+use crate::event::{Event, GpuOp, OpKind};
+use crate::model::{Direction, ProcessMeta};
+
+/// Whether `path` looks like a trace file (by its `.pktrace` extension).
+pub fn is_trace_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == perfkit_profiler::format::TRACE_EXTENSION)
+}
+
+/// How reading a trace ended.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOutcome {
+    /// The end record was read.
+    pub complete: bool,
+    /// Reading stopped at a damaged record: the reader's message (it names the byte offset).
+    pub error: Option<String>,
+    /// Records read.
+    pub records: u64,
+}
+
+/// One trace file, opened, its header read.
+pub struct TraceSource {
+    reader: TraceReader<BufReader<File>>,
+    meta: ProcessMeta,
+    step_span: String,
+}
+
+/// Name of the field that numbers a step span (`info_span!("step", step = 12)`).
+const STEP_FIELD: &str = "step";
+
+fn step_field(fields: &[perfkit_profiler::model::Field]) -> Option<u64> {
+    fields
+        .iter()
+        .find(|f| &*f.name == STEP_FIELD)
+        .and_then(|f| match &f.value {
+            FieldValue::Str(s) => s.trim().parse().ok(),
+            v => v.as_u64(),
+        })
+}
+
+impl TraceSource {
+    /// Opens `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self> {
+        let reader = TraceReader::open(path).map_err(|e| trace_error(path, &e))?;
+        let h = reader.header();
+        let meta = ProcessMeta {
+            file: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            pid: h.pid,
+            host: h.host.clone(),
+            command: h.command_line.clone(),
+            rank: h.rank,
+            local_rank: h.local_rank,
+            world_size: h.world_size,
+            start_unix_ns: h.start_unix_ns,
+        };
+        let step_span = if h.step_span_name.is_empty() {
+            "step".to_owned()
+        } else {
+            h.step_span_name.clone()
+        };
+        Ok(Self {
+            reader,
+            meta,
+            step_span,
+        })
+    }
+
+    /// The process described by the header.
+    pub fn meta(&self) -> &ProcessMeta {
+        &self.meta
+    }
+
+    /// The role of an auxiliary trace (for example `gpu-sampler`), written by an auxiliary process
+    /// rather than by the traced program; `None` for a program's trace.
+    pub fn role(&self) -> Option<&str> {
+        self.reader
+            .header()
+            .extra
+            .iter()
+            .find(|(k, _)| k == perfkit_profiler::summary::ROLE_KEY)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The step span name the recorder was configured with.
+    pub fn step_span(&self) -> &str {
+        &self.step_span
+    }
+
+    /// Streams every record as an [`Event`] to `f`.
+    pub fn run(mut self, f: &mut dyn FnMut(&Event<'_>)) -> ReadOutcome {
+        let mut spans: HashMap<u64, (Arc<str>, Option<u64>)> = HashMap::new();
+        let unknown: Arc<str> = Arc::from("[unknown span]");
+        let mut dropped_seen = 0u64;
+        let mut outcome = ReadOutcome::default();
+        loop {
+            let record = match self.reader.next_record() {
+                Ok(Some(r)) => {
+                    outcome.records += 1;
+                    r
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    outcome.error = Some(e.to_string());
+                    break;
+                }
+            };
+            match record {
+                Record::Thread(t) => {
+                    let name = t
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("tid {}", t.os_tid));
+                    f(&Event::Thread {
+                        thread: u64::from(t.index),
+                        name: &name,
+                    });
+                }
+                Record::SpanNew(n) => {
+                    spans.insert(n.id.0, (n.callsite.name.clone(), step_field(&n.fields)));
+                    f(&Event::Other { ts_ns: Some(n.ts) });
+                }
+                Record::SpanRecord(r) => {
+                    if let Some(step) = step_field(&r.fields)
+                        && let Some(entry) = spans.get_mut(&r.span.0)
+                    {
+                        entry.1 = Some(step);
+                    }
+                    f(&Event::Other { ts_ns: Some(r.ts) });
+                }
+                Record::SpanEnter(e) => {
+                    let (name, step) = spans
+                        .get(&e.span.0)
+                        .map_or((unknown.clone(), None), |(n, s)| (n.clone(), *s));
+                    f(&Event::Enter {
+                        thread: u64::from(e.thread),
+                        span: e.span.0,
+                        name: &name,
+                        step,
+                        ts_ns: e.ts,
+                    });
+                }
+                Record::SpanExit(e) => f(&Event::Exit {
+                    thread: u64::from(e.thread),
+                    span: e.span.0,
+                    ts_ns: e.ts,
+                }),
+                Record::SpanClose(e) => {
+                    spans.remove(&e.span.0);
+                    f(&Event::Close { span: e.span.0 });
+                    f(&Event::Other { ts_ns: Some(e.ts) });
+                }
+                Record::Gpu(g) => {
+                    let kind = match g.kind {
+                        GpuOpKind::MemcpyHtoD => OpKind::Copy(Direction::H2D),
+                        GpuOpKind::MemcpyDtoH => OpKind::Copy(Direction::D2H),
+                        GpuOpKind::MemcpyDtoD => OpKind::Copy(Direction::D2D),
+                        GpuOpKind::Memset => OpKind::Memset,
+                        GpuOpKind::Kernel => OpKind::Kernel,
+                        GpuOpKind::Synchronize => OpKind::Sync,
+                        GpuOpKind::Alloc => OpKind::Alloc,
+                        GpuOpKind::Free => OpKind::Free,
+                    };
+                    let op = GpuOp {
+                        kind,
+                        thread: u64::from(g.thread),
+                        stream: g.stream,
+                        host_start_ns: g.host_start,
+                        host_end_ns: g.host_end.max(g.host_start),
+                        gpu_start_ns: g.gpu_start,
+                        gpu_end_ns: g.gpu_end,
+                        bytes: g.bytes,
+                        pinned: g.host_memory.map(|m| m == HostMemory::Pinned),
+                        name: g.kernel.as_ref().map_or("", |k| &k.name),
+                        file: g.location.as_ref().map(|l| &*l.file),
+                        line: g.location.as_ref().map_or(0, |l| l.line),
+                        span: g.span.map(|s| s.0),
+                        id: g.id,
+                    };
+                    f(&Event::Gpu(op));
+                }
+                Record::GpuTiming(t) => f(&Event::GpuTiming {
+                    id: t.id,
+                    gpu_start_ns: t.gpu_start,
+                    gpu_end_ns: t.gpu_end.max(t.gpu_start),
+                }),
+                Record::Device(d) => f(&Event::Device {
+                    total_bytes: d.total_memory,
+                }),
+                Record::DeviceMemory(m) => f(&Event::DeviceMemory {
+                    ts_ns: m.ts,
+                    used_bytes: m.used,
+                    total_bytes: m.total,
+                }),
+                Record::Dropped(d) => {
+                    dropped_seen += d.count;
+                    f(&Event::Dropped { count: d.count });
+                }
+                Record::End(end) => {
+                    // The end record's total covers drops that had no record of their own.
+                    if end.dropped > dropped_seen {
+                        f(&Event::Dropped {
+                            count: end.dropped - dropped_seen,
+                        });
+                        dropped_seen = end.dropped;
+                    }
+                    f(&Event::Other {
+                        ts_ns: Some(end.ts),
+                    });
+                }
+                other => f(&Event::Other { ts_ns: other.ts() }),
+            }
+        }
+        outcome.complete = matches!(self.reader.status(), TraceStatus::Complete(_));
+        outcome
+    }
+}
+
+fn trace_error(path: &Path, e: &perfkit_profiler::ReadError) -> Error {
+    Error::Trace {
+        path: PathBuf::from(path),
+        message: strip_path(&e.to_string(), path),
+    }
+}
+
+/// The reader's messages start with the path; the error type adds it again.
+fn strip_path(message: &str, path: &Path) -> String {
+    let p = path.display().to_string();
+    message
+        .strip_prefix(&p)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+        .to_owned()
+}

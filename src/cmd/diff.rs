@@ -1,0 +1,89 @@
+//! `perfkit diff BASE NEW`: compare two runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use perfkit_reports::AnalyzeOptions;
+use perfkit_reports::diff::{RunInput, diff, differential_flamegraphs};
+
+/// Arguments of `perfkit diff`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "BASE and NEW are trace files, run directories or summary.json files. \
+The step-time change is called real only when it exceeds twice the standard error of the \
+difference of the medians, estimated from each run's per-step spread."
+)]
+pub struct DiffArgs {
+    /// The reference run.
+    #[arg(value_name = "BASE")]
+    base: PathBuf,
+    /// The run to compare with it.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    /// What to print on stdout.
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    format: DiffFormat,
+    /// Also write diff.json, diff.html, diff-flamegraph-{host,gpu}.svg into DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Rows per table in the text output.
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    top: usize,
+}
+
+/// `--format` values of `perfkit diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DiffFormat {
+    /// Tables for a terminal.
+    Text,
+    /// JSON (`perfkit-diff`, version 1).
+    Json,
+    /// A self-contained HTML page.
+    Html,
+}
+
+/// Runs `perfkit diff`.
+pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let options = AnalyzeOptions::default();
+    let base = RunInput::classify(&args.base)?.load(&options)?;
+    let new = RunInput::classify(&args.new)?.load(&options)?;
+    let report = diff(&base, &new);
+    let needs_flames = args.format == DiffFormat::Html || args.out.is_some();
+    let flames = if needs_flames {
+        differential_flamegraphs(&base, &new)?
+    } else {
+        Vec::new()
+    };
+    let embedded: Vec<(&str, &[u8])> = flames
+        .iter()
+        .map(|(k, svg)| {
+            let title = match k {
+                perfkit_reports::flame::FlameKind::Host => "Host wall time (differential)",
+                perfkit_reports::flame::FlameKind::Gpu => {
+                    "GPU time by issuing host stack (differential)"
+                }
+            };
+            (title, svg.as_slice())
+        })
+        .collect();
+    match args.format {
+        DiffFormat::Text => print!("{}", report.to_text(args.top)),
+        DiffFormat::Json => print!("{}", report.to_json()),
+        DiffFormat::Html => print!("{}", report.to_html(&embedded)),
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
+            let p = dir.join(name);
+            std::fs::write(&p, data).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            eprintln!("wrote {}", p.display());
+            Ok(())
+        };
+        write("diff.json", report.to_json().as_bytes())?;
+        write("diff.html", report.to_html(&embedded).as_bytes())?;
+        for (kind, svg) in &flames {
+            write(&format!("diff-flamegraph-{}.svg", kind.as_str()), svg)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

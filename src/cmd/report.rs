@@ -1,0 +1,178 @@
+//! `perfkit report TRACE|DIR`: render the reports of a recorded run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use perfkit_reports::render::{self, Format, RenderOptions};
+use perfkit_reports::{AnalyzeOptions, analyze_path, summary};
+
+/// Arguments of `perfkit report`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Writes summary.json, summary.md, stacks-{host,gpu}.folded, \
+flamegraph-{host,gpu}.svg, trace.chrome.json (Perfetto, chrome://tracing) and report.html."
+)]
+pub struct ReportArgs {
+    /// A trace file (`*.pktrace`) or a directory of trace files (one per process) of one run.
+    #[arg(value_name = "TRACE|DIR")]
+    input: PathBuf,
+    /// Output directory (default: the run directory, or the directory of the trace file).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Formats to write, comma-separated: html, svg, folded, chrome, json, md.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "html,svg,folded,chrome,json,md"
+    )]
+    format: String,
+    /// Name of the span that marks a training step (default: the one recorded in the trace).
+    #[arg(long, value_name = "NAME")]
+    step_span: Option<String>,
+    /// Open the HTML report in the default browser when done.
+    #[arg(long)]
+    open: bool,
+}
+
+/// Runs `perfkit report`.
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let formats = render::parse_formats(&args.format).context("--format")?;
+    if formats.is_empty() {
+        anyhow::bail!(
+            "--format: no format given (expected some of: html, svg, folded, chrome, json, md)"
+        );
+    }
+    let mut options = AnalyzeOptions::default();
+    options.step_span = args.step_span.clone();
+    let analysis = analyze_path(&args.input, &options)?;
+    for p in &analysis.processes {
+        if let Some(err) = &p.read_error {
+            eprintln!(
+                "perfkit: warning: {}: {err} (reporting what was read before it)",
+                p.meta.file
+            );
+        } else if !p.complete {
+            eprintln!(
+                "perfkit: warning: {}: the trace was cut short (the program was killed?); reporting what was recorded",
+                p.meta.file
+            );
+        }
+    }
+    let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
+    let mut render_options = RenderOptions::default();
+    // A summary written by `perfkit profile` knows how the program ended: keep its core.
+    if args.step_span.is_none()
+        && let Ok(previous) = perfkit_reports::Summary::load(&out.join("summary.json"))
+        && previous.core.run.exit.is_some()
+    {
+        render_options.core = Some(previous.core);
+    }
+    render_options.html.title = format!("perfkit report: {}", title_of(&analysis));
+    render_options.html.created = created_now();
+    // Runtime findings, with the thresholds of the perfkit.toml found upward from the input.
+    let config = match perfkit_reports::rules::ProfileConfig::discover(&args.input) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("perfkit: warning: {err}; using the default thresholds");
+            perfkit_reports::rules::ProfileConfig::default()
+        }
+    };
+    let findings = perfkit_reports::rules::evaluate(&analysis, &config)?;
+    let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
+    print!("{}", summary::terminal_table(&analysis, 15));
+    println!();
+    print!("{}", perfkit_reports::rules::terminal_findings(&findings));
+    println!();
+    for p in &written {
+        println!("wrote {}", p.display());
+    }
+    if args.open {
+        let html = out.join("report.html");
+        if formats.contains(&Format::Html) {
+            open_in_browser(&html);
+        } else {
+            eprintln!("perfkit: warning: --open needs the html format");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run directory: the directory given, or the one holding the trace file; a `trace/`
+/// directory of a run stands for its run directory.
+fn default_out(input: &Path) -> PathBuf {
+    let dir = if input.is_dir() {
+        input.to_path_buf()
+    } else {
+        match input.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    };
+    if dir
+        .file_name()
+        .is_some_and(|n| n == perfkit_reports::analyze::RUN_TRACE_DIR)
+        && let Some(parent) = dir.parent()
+    {
+        return if parent.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            parent.to_path_buf()
+        };
+    }
+    dir
+}
+
+fn title_of(analysis: &perfkit_reports::Analysis) -> String {
+    analysis
+        .processes
+        .first()
+        .and_then(|p| p.meta.command.first())
+        .map(|c| {
+            Path::new(c)
+                .file_name()
+                .map_or(c.clone(), |n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| analysis.source.clone())
+}
+
+/// `2026-05-09 12:34:56 UTC`, from the system clock.
+fn created_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn open_in_browser(path: &Path) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else if cfg!(windows) {
+        "explorer"
+    } else {
+        "xdg-open"
+    };
+    if let Err(e) = std::process::Command::new(opener).arg(path).spawn() {
+        eprintln!(
+            "perfkit: warning: could not run {opener} to open {}: {e}",
+            path.display()
+        );
+    }
+}

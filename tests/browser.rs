@@ -1,0 +1,305 @@
+//! The HTML report in a real headless browser (Debian `chromium`): no console messages, the
+//! charts and flamegraph rendered, and strings from the traced program shown literally
+//! without running. Screenshots are saved under `target/perfkit-browser/` for people to look at.
+//!
+//! Without chromium the tests say so and return, except with `CI=true`, where they fail.
+//! `PERFKIT_CHROMIUM` names the browser binary when it is not `chromium` on the `PATH`.
+
+#[path = "../reports/tests/synth/mod.rs"]
+mod synth;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use perfkit_reports::findings::{Finding, Severity};
+use perfkit_reports::render::{Format, RenderOptions, write_all};
+use perfkit_reports::{AnalyzeOptions, analyze_path};
+use synth::{Workload, trace_bytes};
+
+const START: u64 = 1_700_000_000_000_000_000;
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PERFKIT_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser", "google-chrome"] {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// The browser, or `None` (after saying why) when it is missing outside CI.
+fn browser_or_skip() -> Option<PathBuf> {
+    match chromium() {
+        Some(p) => Some(p),
+        None if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!(
+                "chromium not found and CI=true: install it (apt-get install -y chromium) or set PERFKIT_CHROMIUM"
+            )
+        }
+        None => {
+            eprintln!(
+                "SKIPPED: chromium not found (install Debian's chromium or set PERFKIT_CHROMIUM)"
+            );
+            None
+        }
+    }
+}
+
+fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("perfkit-browser");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+struct Run {
+    stdout: String,
+    console: Vec<String>,
+}
+
+/// Runs headless chromium on `page` with `extra` arguments; returns stdout and the page's
+/// console messages (chromium logs them to stderr as `INFO:CONSOLE`).
+fn chromium_run(browser: &Path, page: &Path, extra: &[String]) -> Run {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let url = format!(
+        "file://{}",
+        page.canonicalize().expect("page path").display()
+    );
+    let mut cmd = Command::new(browser);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=3000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(extra)
+    .arg(url)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("start chromium");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    while !waiter.is_finished() {
+        if Instant::now() > deadline {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("chromium did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = waiter.join().expect("join").expect("chromium output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        console: stderr
+            .lines()
+            .filter(|l| l.contains(":CONSOLE"))
+            .map(str::to_owned)
+            .collect(),
+    }
+}
+
+fn render(dir: &Path, wl: &Workload, ranks: u32, findings: &[Finding]) -> PathBuf {
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).expect("traces dir");
+    for rank in 0..ranks {
+        let mut wl = wl.clone();
+        wl.seed = u64::from(rank) + 1;
+        if ranks > 1 && rank == 1 {
+            wl.data_ns *= 4;
+        }
+        let bytes = trace_bytes(
+            "train",
+            70 + rank,
+            (ranks > 1).then_some(rank),
+            START + u64::from(rank) * 250_000,
+            &wl,
+        );
+        std::fs::write(traces.join(format!("train-{rank}.pktrace")), bytes).expect("write trace");
+    }
+    let a = analyze_path(&traces, &AnalyzeOptions::default()).expect("analyze");
+    write_all(
+        &a,
+        dir,
+        &[Format::Html],
+        findings,
+        &RenderOptions::default(),
+    )
+    .expect("render");
+    dir.join("report.html")
+}
+
+fn attr_number(dom: &str, marker: &str) -> u64 {
+    let Some(at) = dom.find(marker) else {
+        return 0;
+    };
+    dom[at + marker.len()..]
+        .split('"')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn report_renders_without_console_messages() {
+    let Some(browser) = browser_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let finding = Finding {
+        code: "PK101".to_owned(),
+        name: "host-readback-in-step-loop".to_owned(),
+        severity: Severity::Warning,
+        message: "a 4-byte device-to-host copy blocks every step".to_owned(),
+        help: "keep the loss on the device and read it back every N steps".to_owned(),
+        location: Some("src/train.rs:72".to_owned()),
+        origin: "runtime".to_owned(),
+        confirmed: false,
+        cost_per_step_ns: Some(800_000),
+        share_of_step_percent: Some(33.0),
+        bytes: Some(80),
+        count: Some(20),
+    };
+    let page = render(dir.path(), &Workload::anti_patterns(), 2, &[finding]);
+    let run = chromium_run(&browser, &page, &["--dump-dom".to_owned()]);
+    assert!(
+        run.console.is_empty(),
+        "console messages: {:#?}",
+        run.console
+    );
+    let dom = run.stdout;
+    assert!(
+        dom.contains("data-rendered=\"true\""),
+        "the script ran to its end"
+    );
+    assert!(
+        attr_number(&dom, "data-frames=\"") >= 4,
+        "flamegraph frames drawn"
+    );
+    assert!(
+        attr_number(&dom, "data-items=\"") > 5,
+        "timeline items drawn"
+    );
+    assert!(
+        dom.matches("class=\"step-bar\"").count() >= 20,
+        "a bar per step"
+    );
+    assert!(dom.contains("class=\"memsvg\""), "memory chart drawn");
+    assert!(
+        dom.contains("gemm_bwd") && dom.contains("src/data.rs:31"),
+        "tables filled"
+    );
+    assert!(
+        dom.contains("PK101 host-readback-in-step-loop"),
+        "findings shown"
+    );
+    assert!(dom.contains("Straggler: rank 1"), "ranks compared");
+    assert!(!dom.contains("<p class=\"empty\">No findings.</p>"));
+
+    let shot = screenshot_dir().join("report.png");
+    let _ = std::fs::remove_file(&shot);
+    let run = chromium_run(
+        &browser,
+        &page,
+        &[
+            "--window-size=1400,2600".to_owned(),
+            format!("--screenshot={}", shot.display()),
+        ],
+    );
+    assert!(
+        run.console.is_empty(),
+        "console messages: {:#?}",
+        run.console
+    );
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 20_000, "screenshot written ({size} bytes)");
+}
+
+#[test]
+fn strings_from_the_traced_program_never_run() {
+    let Some(browser) = browser_or_skip() else {
+        return;
+    };
+    const SCRIPT: &str = "<script>alert(1)</script>";
+    const IMG: &str = "\"><img src=x onerror=alert(1)>";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut wl = Workload::tuned();
+    wl.spans = [SCRIPT, IMG, "forward\u{2028}</script>", "optimizer"];
+    wl.kernels = [SCRIPT, IMG, "adam_update"];
+    // Through the command line, as a user would.
+    let traces = dir.path().join("traces");
+    std::fs::create_dir_all(&traces).expect("traces dir");
+    std::fs::write(
+        traces.join("train-1.pktrace"),
+        trace_bytes("train", 5, None, START, &wl),
+    )
+    .expect("trace");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_perfkit"))
+        .args(["report", "--format", "html", "--out"])
+        .arg(dir.path())
+        .arg(&traces)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run perfkit report");
+    assert!(status.success());
+    let page = dir.path().join("report.html");
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(
+        !html.contains(SCRIPT) && !html.contains("<img src=x"),
+        "payloads are escaped in the file"
+    );
+    let run = chromium_run(&browser, &page, &["--dump-dom".to_owned()]);
+    // An injected handler or script would run (console) or be blocked by the CSP (console too).
+    assert!(
+        run.console.is_empty(),
+        "console messages: {:#?}",
+        run.console
+    );
+    let dom = run.stdout;
+    assert!(dom.contains("data-rendered=\"true\""));
+    // Shown literally: the serialised DOM holds the payloads as escaped text in table cells.
+    assert!(
+        dom.contains("<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>"),
+        "script name shown as text"
+    );
+    assert!(
+        dom.contains("<td>\"&gt;&lt;img src=x onerror=alert(1)&gt;</td>"),
+        "img name shown as text"
+    );
+    assert!(
+        !dom.contains("<img src=\"x\""),
+        "no img element was created"
+    );
+    assert_eq!(
+        dom.matches("<script").count(),
+        2,
+        "only the report's own two script elements"
+    );
+    let shot = screenshot_dir().join("report-xss.png");
+    chromium_run(
+        &browser,
+        &page,
+        &[
+            "--window-size=1400,1800".to_owned(),
+            format!("--screenshot={}", shot.display()),
+        ],
+    );
+}

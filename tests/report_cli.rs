@@ -1,0 +1,200 @@
+//! `perfkit report` and `perfkit diff` end to end: the built binary over synthetic traces
+//! (written with the profiler's trace writer; GPU timings from a small simulator, not a GPU).
+
+#[path = "../reports/tests/synth/mod.rs"]
+mod synth;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+use synth::{Workload, trace_bytes};
+
+fn perfkit(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("perfkit").expect("the perfkit binary is built");
+    cmd.current_dir(dir);
+    cmd.env_remove("CI");
+    cmd
+}
+
+/// A run directory holding one trace of `wl`.
+fn run_dir(root: &Path, name: &str, wl: &Workload) -> PathBuf {
+    let d = root.join(name);
+    std::fs::create_dir_all(&d).expect("run dir");
+    std::fs::write(
+        d.join("train-1.pktrace"),
+        trace_bytes("train", 1, None, 1_700_000_000_000_000_000, wl),
+    )
+    .expect("trace");
+    d
+}
+
+fn stdout(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run perfkit");
+    assert!(
+        out.status.success(),
+        "perfkit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn report_writes_every_format_and_prints_the_summary() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    let out = stdout(perfkit(tmp.path()).args(["report", "anti", "--out", "out"]));
+    for name in [
+        "summary.json",
+        "summary.md",
+        "stacks-host.folded",
+        "stacks-gpu.folded",
+        "flamegraph-host.svg",
+        "flamegraph-gpu.svg",
+        "trace.chrome.json",
+        "report.html",
+    ] {
+        assert!(
+            tmp.path().join("out").join(name).is_file(),
+            "{name} written"
+        );
+        assert!(
+            out.contains(&format!("wrote out/{name}")),
+            "{name} listed:\n{out}"
+        );
+    }
+    assert!(out.contains("steps: 20"), "{out}");
+    assert!(
+        out.contains("data") && out.contains("% wall"),
+        "span table:\n{out}"
+    );
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("out/summary.json")).expect("read"),
+    )
+    .expect("json");
+    assert_eq!(summary["schema"], "perfkit-summary");
+    assert_eq!(summary["version"], 1);
+    assert_eq!(summary["steps"]["count"], 20);
+    assert_eq!(summary["analysis"]["processes"][0]["syncs"]["count"], 21);
+    // Runtime findings are measured and reported: the per-step loss readback is PK101.
+    let findings = summary["findings"].as_array().expect("findings");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["code"] == "PK101" && f["location"] == "src/train.rs:72"),
+        "{findings:?}"
+    );
+    assert!(out.contains("PK101"), "findings printed:\n{out}");
+}
+
+#[test]
+fn report_defaults_to_the_run_directory_and_honours_format() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = run_dir(tmp.path(), "tuned", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "tuned/train-1.pktrace", "--format", "json,md"]));
+    let mut names: Vec<String> = std::fs::read_dir(&run)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["summary.json", "summary.md", "train-1.pktrace"]);
+}
+
+#[test]
+fn report_errors_name_the_flag_or_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "run", &Workload::tuned());
+    let out = perfkit(tmp.path())
+        .args(["report", "run", "--format", "html,pdf"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--format") && err.contains("pdf"), "{err}");
+
+    let out = perfkit(tmp.path())
+        .args(["report", "missing-dir"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing-dir"));
+
+    std::fs::write(tmp.path().join("junk.pktrace"), b"not a trace").expect("write");
+    let out = perfkit(tmp.path())
+        .args(["report", "junk.pktrace"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("junk.pktrace") && err.contains("not a perfkit trace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn diff_shows_the_change_where_it_is() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    let text = stdout(perfkit(tmp.path()).args(["diff", "tuned", "anti"]));
+    assert!(text.contains(": slower (noise"), "{text}");
+    assert!(text.contains("src/data.rs:31 H2D pageable"), "{text}");
+
+    let json: Value = serde_json::from_str(&stdout(
+        perfkit(tmp.path()).args(["diff", "tuned", "anti", "--format", "json", "--out", "d"]),
+    ))
+    .expect("json");
+    assert_eq!(json["steps"]["verdict"], "slower");
+    assert_eq!(
+        json["spans"][0]["name"], "data",
+        "largest self-time change first"
+    );
+    for name in [
+        "diff.json",
+        "diff.html",
+        "diff-flamegraph-host.svg",
+        "diff-flamegraph-gpu.svg",
+    ] {
+        assert!(tmp.path().join("d").join(name).is_file(), "{name}");
+    }
+    // Against itself through summary.json files: no change beyond noise.
+    stdout(perfkit(tmp.path()).args(["report", "tuned", "--format", "json"]));
+    let same: Value = serde_json::from_str(&stdout(perfkit(tmp.path()).args([
+        "diff",
+        "tuned/summary.json",
+        "tuned/summary.json",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    assert_eq!(same["steps"]["verdict"], "within noise");
+    assert_eq!(same["steps"]["delta_ns"], 0);
+}
+
+#[test]
+fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "run", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "run", "--format", "json"]));
+    let path = tmp.path().join("run/summary.json");
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    assert!(
+        v["run"]["exit"].is_null(),
+        "traces alone do not say how the program ended"
+    );
+    // As `perfkit profile` writes it.
+    v["run"]["exit"] = serde_json::json!({
+        "code": 3, "signal": null, "signal_name": null, "core_dumped": false,
+        "exit_code": 3, "description": "exit code 3"
+    });
+    std::fs::write(&path, serde_json::to_string(&v).expect("json")).expect("write");
+    stdout(perfkit(tmp.path()).args(["report", "run", "--format", "json,md"]));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    assert_eq!(v["run"]["exit"]["description"], "exit code 3");
+    assert!(v["analysis"]["processes"].is_array());
+    let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
+    assert!(md.contains("exit code 3"), "{md}");
+}
