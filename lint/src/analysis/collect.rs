@@ -1,0 +1,710 @@
+//! The single visitor pass over a file that collects every fact the rules and the step-loop analysis
+//! need: imports, functions, loops, calls with their context, guards, test code and device mentions.
+
+use proc_macro2::Span;
+use syn::punctuated::Punctuated;
+use syn::visit::{self, Visit};
+use syn::{Expr, Token};
+
+use super::device::{DeviceKind, device_of_path};
+use super::frameworks::Framework;
+use super::{CallFact, CallRef, FileFacts, FnFact, LoopFact, LoopKind, SourceFile, with_ident_str};
+
+/// Deepest expression, type or pattern nesting the analysis follows. Deeper files are reported as
+/// errors ("nesting too deep") instead of risking the stack.
+pub(crate) const MAX_NESTING: usize = 2000;
+
+/// Collects the facts of one parsed file.
+pub(crate) fn collect_facts(file: &SourceFile) -> FileFacts<'_> {
+    let mut collector = Collector {
+        arena: &file.macro_exprs,
+        names: &file.names,
+        facts: FileFacts::default(),
+        fn_stack: Vec::new(),
+        loop_stack: Vec::new(),
+        guard_stack: Vec::new(),
+        self_ty: Vec::new(),
+        test_depth: 0,
+        depth: 0,
+        macro_depth: 0,
+        device_arg_depth: 0,
+        in_expr_path: false,
+    };
+    collector.visit_file(&file.ast);
+    collector.facts
+}
+
+struct Collector<'a> {
+    arena: &'a typed_arena::Arena<Expr>,
+    names: &'a typed_arena::Arena<u8>,
+    facts: FileFacts<'a>,
+    fn_stack: Vec<usize>,
+    loop_stack: Vec<usize>,
+    guard_stack: Vec<Option<usize>>,
+    self_ty: Vec<Option<String>>,
+    test_depth: usize,
+    depth: usize,
+    macro_depth: usize,
+    device_arg_depth: usize,
+    /// Set while visiting the path of a path expression (not its generic arguments' types).
+    in_expr_path: bool,
+}
+
+/// Iterator methods whose closure argument runs once per element.
+fn is_iteration_method(name: &str) -> IterationMethod {
+    match name {
+        "for_each" | "try_for_each" | "for_each_init" | "try_for_each_init" | "for_each_with"
+        | "try_for_each_with" | "fold" | "try_fold" => IterationMethod::Always,
+        "map" | "filter_map" | "flat_map" | "filter" | "inspect" | "scan" | "take_while"
+        | "map_while" | "skip_while" | "partition" | "any" | "all" | "position" | "find_map" => {
+            IterationMethod::IfIterator
+        }
+        _ => IterationMethod::No,
+    }
+}
+
+#[derive(PartialEq)]
+enum IterationMethod {
+    Always,
+    IfIterator,
+    No,
+}
+
+/// Whether a method receiver is an iterator over many items (so `map` on it is a loop, not
+/// `Option::map`): an iterator-producing call in the chain, a range, or a name like `batches`.
+fn is_iterator_like(expr: &Expr) -> bool {
+    match expr {
+        Expr::MethodCall(m) => {
+            with_ident_str(&m.method, |name| {
+                matches!(
+                    name,
+                    "iter"
+                        | "into_iter"
+                        | "iter_mut"
+                        | "par_iter"
+                        | "into_par_iter"
+                        | "par_iter_mut"
+                        | "par_bridge"
+                        | "enumerate"
+                        | "zip"
+                        | "chunks"
+                        | "chunks_exact"
+                        | "windows"
+                        | "skip"
+                        | "take"
+                        | "step_by"
+                        | "rev"
+                        | "filter"
+                        | "map"
+                        | "batches"
+                        | "iter_batches"
+                        | "drain"
+                        | "lines"
+                        | "chain"
+                        | "cycle"
+                )
+            }) || is_iterator_like(&m.receiver)
+        }
+        Expr::Range(_) => true,
+        Expr::Paren(p) => is_iterator_like(&p.expr),
+        Expr::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| names_a_collection(&s.ident)),
+        Expr::Field(f) => match &f.member {
+            syn::Member::Named(ident) => names_a_collection(ident),
+            syn::Member::Unnamed(_) => false,
+        },
+        Expr::Reference(r) => is_iterator_like(&r.expr),
+        _ => false,
+    }
+}
+
+fn names_a_collection(ident: &syn::Ident) -> bool {
+    with_ident_str(ident, |name| {
+        let lower = name.to_ascii_lowercase();
+        [
+            "batch", "loader", "items", "samples", "dataset", "examples", "epochs", "steps",
+        ]
+        .iter()
+        .any(|word| lower.contains(word))
+    })
+}
+
+/// `if step % N == 0` (also `(i + 1) % n == 0`, `n == step % k`, `step.is_multiple_of(N)`, possibly
+/// combined with `&&`/`||`).
+fn is_modulo_guard(cond: &Expr) -> bool {
+    match cond {
+        Expr::Binary(b) => match b.op {
+            syn::BinOp::Eq(_) => is_rem(&b.left) || is_rem(&b.right),
+            syn::BinOp::And(_) | syn::BinOp::Or(_) => {
+                is_modulo_guard(&b.left) || is_modulo_guard(&b.right)
+            }
+            _ => false,
+        },
+        Expr::Paren(p) => is_modulo_guard(&p.expr),
+        Expr::MethodCall(m) => m.method == "is_multiple_of",
+        _ => false,
+    }
+}
+
+fn is_rem(expr: &Expr) -> bool {
+    match expr {
+        Expr::Binary(b) => matches!(b.op, syn::BinOp::Rem(_)),
+        Expr::Paren(p) => is_rem(&p.expr),
+        _ => false,
+    }
+}
+
+/// `#[test]`, `#[bench]`, `#[tokio::test]`, `#[rstest]`, ... or `#[cfg(test)]`.
+fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| {
+        let path = attr.path();
+        let Some(last) = path.segments.last() else {
+            return false;
+        };
+        if last.ident == "test" || last.ident == "bench" || last.ident == "rstest" {
+            return true;
+        }
+        is_cfg_test(attr)
+    })
+}
+
+fn is_cfg_test(attr: &syn::Attribute) -> bool {
+    if !attr.path().is_ident("cfg") {
+        return false;
+    }
+    let syn::Meta::List(list) = &attr.meta else {
+        return false;
+    };
+    let text = list.tokens.to_string();
+    // `cfg(test)`, `cfg(all(test, ..))`; not `cfg(not(test))`.
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .any(|word| word == "test")
+        && !text.contains("not")
+}
+
+fn has_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(is_cfg_test)
+}
+
+/// Macros whose arguments are ordinary comma-separated expressions.
+fn is_expression_macro(path: &syn::Path) -> bool {
+    let Some(last) = path.segments.last() else {
+        return false;
+    };
+    with_ident_str(&last.ident, |name| {
+        matches!(
+            name,
+            "println"
+                | "print"
+                | "eprintln"
+                | "eprint"
+                | "format"
+                | "write"
+                | "writeln"
+                | "format_args"
+                | "panic"
+                | "assert"
+                | "assert_eq"
+                | "assert_ne"
+                | "debug_assert"
+                | "debug_assert_eq"
+                | "debug_assert_ne"
+                | "vec"
+                | "dbg"
+                | "info"
+                | "warn"
+                | "debug"
+                | "trace"
+                | "error"
+                | "log"
+                | "bail"
+                | "anyhow"
+                | "ensure"
+        )
+    })
+}
+
+/// Methods whose device arguments are a destination, not evidence of the code's device.
+fn is_transfer_method(name: &str) -> bool {
+    matches!(
+        name,
+        "to_device" | "to" | "to_device_" | "copy_" | "to_kind_device"
+    )
+}
+
+/// `alloc_pinned(..)` / `.pin_memory(..)` anywhere in a `let` initializer's call chain.
+fn makes_pinned_buffer(expr: &Expr) -> bool {
+    match expr {
+        Expr::MethodCall(m) => {
+            m.method == "alloc_pinned"
+                || m.method == "pin_memory"
+                || makes_pinned_buffer(&m.receiver)
+        }
+        Expr::Call(c) => match &*c.func {
+            Expr::Path(p) => p
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "alloc_pinned"),
+            _ => false,
+        },
+        Expr::Try(t) => makes_pinned_buffer(&t.expr),
+        Expr::Unsafe(u) => u.block.stmts.iter().any(|stmt| match stmt {
+            syn::Stmt::Expr(e, _) => makes_pinned_buffer(e),
+            _ => false,
+        }),
+        Expr::Paren(p) => makes_pinned_buffer(&p.expr),
+        _ => false,
+    }
+}
+
+fn join(a: Span, b: Span) -> Span {
+    a.join(b).unwrap_or(a)
+}
+
+impl<'a> Collector<'a> {
+    fn current_fn(&self) -> Option<usize> {
+        self.fn_stack.last().copied()
+    }
+
+    fn intern(&self, ident: &syn::Ident) -> &'a str {
+        let names = self.names;
+        with_ident_str(ident, |text| &*names.alloc_str(text))
+    }
+
+    fn record_call(&mut self, call: CallRef<'a>, name: &'a str) {
+        self.facts.calls.push(CallFact {
+            call,
+            name,
+            fn_idx: self.current_fn(),
+            loop_idx: self.loop_stack.last().copied(),
+            guard: self.guard_stack.last().copied(),
+            in_test: self.test_depth > 0,
+            in_macro: self.macro_depth > 0,
+        });
+    }
+
+    fn push_loop(&mut self, kind: LoopKind, span: Span) {
+        let idx = self.facts.loops.len();
+        self.facts.loops.push(LoopFact {
+            kind,
+            span,
+            fn_idx: self.current_fn(),
+            parent: self.loop_stack.last().copied(),
+            in_test: self.test_depth > 0,
+        });
+        self.loop_stack.push(idx);
+    }
+
+    /// Enters a function body: a fresh loop and guard context, test code when marked so.
+    fn visit_fn(
+        &mut self,
+        attrs: &'a [syn::Attribute],
+        sig: &'a syn::Signature,
+        block: &'a syn::Block,
+        start: Span,
+    ) {
+        let is_test = is_test_attr(attrs);
+        if is_test {
+            self.facts
+                .test_spans
+                .push(join(start, block.brace_token.span.close()));
+        }
+        let idx = self.facts.fns.len();
+        self.facts.fns.push(FnFact {
+            name: &sig.ident,
+            self_ty: self.self_ty.last().cloned().flatten(),
+            sig,
+            block,
+            is_test: is_test || self.test_depth > 0,
+            parent: self.current_fn(),
+            device: Default::default(),
+            pinned_bindings: Vec::new(),
+        });
+        self.test_depth += usize::from(is_test);
+        let loops = std::mem::take(&mut self.loop_stack);
+        let guards = std::mem::take(&mut self.guard_stack);
+        self.fn_stack.push(idx);
+        self.visit_signature(sig);
+        self.visit_block(block);
+        self.fn_stack.pop();
+        self.loop_stack = loops;
+        self.guard_stack = guards;
+        self.test_depth -= usize::from(is_test);
+    }
+
+    fn deeper(&mut self, span: impl FnOnce() -> Span) -> bool {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            if self.facts.too_deep.is_none() {
+                self.facts.too_deep = Some(span());
+            }
+            return false;
+        }
+        true
+    }
+}
+
+fn first_span(attrs: &[syn::Attribute], fallback: Span) -> Span {
+    attrs
+        .first()
+        .map(|attr| attr.pound_token.span)
+        .unwrap_or(fallback)
+}
+
+fn type_name(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        syn::Type::Reference(r) => type_name(&r.elem),
+        _ => None,
+    }
+}
+
+impl<'a> Visit<'a> for Collector<'a> {
+    fn visit_item_use(&mut self, item: &'a syn::ItemUse) {
+        let mut prefix = Vec::new();
+        flatten_use(&item.tree, &mut prefix, &mut self.facts.imports);
+        if let Some(first) = first_use_segment(&item.tree)
+            && let Some(framework) = with_ident_str(first, Framework::from_crate_name)
+        {
+            self.facts.frameworks.insert(framework);
+        }
+    }
+
+    fn visit_item_extern_crate(&mut self, item: &'a syn::ItemExternCrate) {
+        if let Some(framework) = with_ident_str(&item.ident, Framework::from_crate_name) {
+            self.facts.frameworks.insert(framework);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'a syn::ItemFn) {
+        let start = first_span(&item.attrs, item.sig.fn_token.span);
+        self.visit_fn(&item.attrs, &item.sig, &item.block, start);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'a syn::ImplItemFn) {
+        let start = first_span(&item.attrs, item.sig.fn_token.span);
+        self.visit_fn(&item.attrs, &item.sig, &item.block, start);
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'a syn::TraitItemFn) {
+        if let Some(block) = &item.default {
+            let start = first_span(&item.attrs, item.sig.fn_token.span);
+            self.visit_fn(&item.attrs, &item.sig, block, start);
+        }
+    }
+
+    fn visit_item_impl(&mut self, item: &'a syn::ItemImpl) {
+        let is_test = has_cfg_test(&item.attrs);
+        if is_test {
+            let start = first_span(&item.attrs, item.impl_token.span);
+            self.facts
+                .test_spans
+                .push(join(start, item.brace_token.span.close()));
+        }
+        self.test_depth += usize::from(is_test);
+        self.self_ty.push(type_name(&item.self_ty));
+        visit::visit_item_impl(self, item);
+        self.self_ty.pop();
+        self.test_depth -= usize::from(is_test);
+    }
+
+    fn visit_item_mod(&mut self, item: &'a syn::ItemMod) {
+        let is_test = has_cfg_test(&item.attrs);
+        if is_test {
+            let start = first_span(&item.attrs, item.mod_token.span);
+            let end = item
+                .content
+                .as_ref()
+                .map(|(brace, _)| brace.span.close())
+                .unwrap_or(item.ident.span());
+            self.facts.test_spans.push(join(start, end));
+        }
+        self.test_depth += usize::from(is_test);
+        visit::visit_item_mod(self, item);
+        self.test_depth -= usize::from(is_test);
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        if self.deeper(|| span_of_expr_start(expr)) {
+            visit::visit_expr(self, expr);
+        }
+        self.depth -= 1;
+    }
+
+    fn visit_type(&mut self, ty: &'a syn::Type) {
+        if self.deeper(|| ty_span(ty)) {
+            visit::visit_type(self, ty);
+        }
+        self.depth -= 1;
+    }
+
+    fn visit_pat(&mut self, pat: &'a syn::Pat) {
+        if self.deeper(Span::call_site) {
+            visit::visit_pat(self, pat);
+        }
+        self.depth -= 1;
+    }
+
+    fn visit_item(&mut self, item: &'a syn::Item) {
+        if self.deeper(Span::call_site) {
+            visit::visit_item(self, item);
+        }
+        self.depth -= 1;
+    }
+
+    fn visit_expr_for_loop(&mut self, e: &'a syn::ExprForLoop) {
+        for attr in &e.attrs {
+            self.visit_attribute(attr);
+        }
+        self.visit_pat(&e.pat);
+        self.visit_expr(&e.expr);
+        self.push_loop(LoopKind::For, e.for_token.span);
+        self.visit_block(&e.body);
+        self.loop_stack.pop();
+    }
+
+    fn visit_expr_while(&mut self, e: &'a syn::ExprWhile) {
+        self.push_loop(LoopKind::While, e.while_token.span);
+        self.visit_expr(&e.cond);
+        self.visit_block(&e.body);
+        self.loop_stack.pop();
+    }
+
+    fn visit_expr_loop(&mut self, e: &'a syn::ExprLoop) {
+        self.push_loop(LoopKind::Loop, e.loop_token.span);
+        self.visit_block(&e.body);
+        self.loop_stack.pop();
+    }
+
+    fn visit_expr_if(&mut self, e: &'a syn::ExprIf) {
+        self.visit_expr(&e.cond);
+        if is_modulo_guard(&e.cond) {
+            self.guard_stack.push(self.loop_stack.last().copied());
+            self.visit_block(&e.then_branch);
+            self.guard_stack.pop();
+        } else {
+            self.visit_block(&e.then_branch);
+        }
+        if let Some((_, else_branch)) = &e.else_branch {
+            self.visit_expr(else_branch);
+        }
+    }
+
+    fn visit_expr_method_call(&mut self, e: &'a syn::ExprMethodCall) {
+        let name = self.intern(&e.method);
+        self.record_call(CallRef::Method(e), name);
+        self.visit_expr(&e.receiver);
+        let iteration = is_iteration_method(name);
+        let is_loop = iteration == IterationMethod::Always
+            || (iteration == IterationMethod::IfIterator && is_iterator_like(&e.receiver));
+        let transfer = is_transfer_method(name);
+        self.device_arg_depth += usize::from(transfer);
+        for arg in &e.args {
+            match arg {
+                Expr::Closure(closure) if is_loop => {
+                    self.push_loop(LoopKind::Closure, e.method.span());
+                    self.visit_expr_closure(closure);
+                    self.loop_stack.pop();
+                }
+                _ => self.visit_expr(arg),
+            }
+        }
+        self.device_arg_depth -= usize::from(transfer);
+    }
+
+    fn visit_expr_call(&mut self, e: &'a syn::ExprCall) {
+        if let Expr::Path(p) = &*e.func
+            && let Some(last) = p.path.segments.last()
+        {
+            let name = self.intern(&last.ident);
+            self.record_call(CallRef::Path(e, &p.path), name);
+        }
+        visit::visit_expr_call(self, e);
+    }
+
+    fn visit_expr_path(&mut self, e: &'a syn::ExprPath) {
+        self.in_expr_path = true;
+        self.visit_path(&e.path);
+        self.in_expr_path = false;
+        if let Some(qself) = &e.qself {
+            self.visit_type(&qself.ty);
+        }
+    }
+
+    fn visit_local(&mut self, local: &'a syn::Local) {
+        if let Some(init) = &local.init
+            && makes_pinned_buffer(&init.expr)
+            && let Some(f) = self.current_fn()
+            && let Some(name) = pat_ident(&local.pat)
+        {
+            self.facts.fns[f].pinned_bindings.push(name);
+        }
+        visit::visit_local(self, local);
+    }
+
+    fn visit_macro(&mut self, mac: &'a syn::Macro) {
+        if !matches!(
+            mac.delimiter,
+            syn::MacroDelimiter::Paren(_) | syn::MacroDelimiter::Bracket(_)
+        ) || !is_expression_macro(&mac.path)
+        {
+            return;
+        }
+        let Ok(args) = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) else {
+            // Not plain expressions (`vec![0; n]`, tracing's `field = %value`): nothing to see.
+            return;
+        };
+        self.macro_depth += 1;
+        for arg in args {
+            let arg: &'a Expr = self.arena.alloc(arg);
+            self.visit_expr(arg);
+        }
+        self.macro_depth -= 1;
+    }
+
+    fn visit_path(&mut self, path: &'a syn::Path) {
+        if path.segments.len() >= 2
+            && let Some(framework) = framework_of_ident(&path.segments[0].ident)
+        {
+            self.facts.frameworks.insert(framework);
+        }
+        // A one-segment path in an expression is almost always a local variable: skip it (devices
+        // are named `Device::Cpu`, `kind::FLOAT_CPU`, or as types `NdArray`).
+        let local = self.in_expr_path && path.segments.len() == 1;
+        if self.device_arg_depth == 0 && self.test_depth == 0 && !local {
+            let kind = device_of_path(path);
+            if kind != DeviceKind::Unknown {
+                match self.current_fn() {
+                    Some(f) => self.facts.fns[f].device.add(kind),
+                    // Item level: type aliases (`type B = Autodiff<NdArray>;`), consts, statics.
+                    None => self.facts.device.add(kind),
+                }
+            }
+        }
+        // Generic arguments inside the path are types, not the path expression itself.
+        let in_expr_path = std::mem::replace(&mut self.in_expr_path, false);
+        visit::visit_path(self, path);
+        self.in_expr_path = in_expr_path;
+    }
+}
+
+/// [`Framework::from_crate_name`] for a path's first segment, by comparison (no formatting: this
+/// runs for every qualified path).
+fn framework_of_ident(ident: &syn::Ident) -> Option<Framework> {
+    const CANDLE: &[&str] = &["candle_core", "candle_nn", "candle", "candle_transformers"];
+    const BURN: &[&str] = &[
+        "burn",
+        "burn_tensor",
+        "burn_core",
+        "burn_train",
+        "burn_ndarray",
+        "burn_wgpu",
+        "burn_cuda",
+        "burn_autodiff",
+        "burn_dataset",
+        "burn_optim",
+        "burn_nn",
+        "burn_flex",
+        "burn_tch",
+        "burn_cpu",
+        "burn_dispatch",
+    ];
+    if CANDLE.iter().any(|name| ident == name) {
+        Some(Framework::Candle)
+    } else if BURN.iter().any(|name| ident == name) {
+        Some(Framework::Burn)
+    } else if ident == "tch" {
+        Some(Framework::Tch)
+    } else if ident == "cudarc" {
+        Some(Framework::Cudarc)
+    } else {
+        None
+    }
+}
+
+fn pat_ident(pat: &syn::Pat) -> Option<String> {
+    match pat {
+        syn::Pat::Ident(p) => Some(p.ident.to_string()),
+        syn::Pat::Type(t) => pat_ident(&t.pat),
+        _ => None,
+    }
+}
+
+fn span_of_expr_start(expr: &Expr) -> Span {
+    use syn::spanned::Spanned;
+    // Only the first token matters for the error line; spanning the whole (deep) expression would
+    // walk it again.
+    match expr {
+        Expr::Lit(l) => l.lit.span(),
+        Expr::Path(p) => p
+            .path
+            .segments
+            .first()
+            .map(|s| s.ident.span())
+            .unwrap_or_else(Span::call_site),
+        Expr::Paren(p) => p.paren_token.span.open(),
+        Expr::Unary(u) => u.op.span(),
+        Expr::Array(a) => a.bracket_token.span.open(),
+        Expr::Block(b) => b.block.brace_token.span.open(),
+        Expr::MethodCall(m) => m.method.span(),
+        Expr::Call(c) => c.paren_token.span.open(),
+        Expr::Binary(b) => b.op.span(),
+        _ => Span::call_site(),
+    }
+}
+
+fn ty_span(ty: &syn::Type) -> Span {
+    match ty {
+        syn::Type::Path(p) => p
+            .path
+            .segments
+            .first()
+            .map(|s| s.ident.span())
+            .unwrap_or_else(Span::call_site),
+        _ => Span::call_site(),
+    }
+}
+
+fn first_use_segment(tree: &syn::UseTree) -> Option<&syn::Ident> {
+    match tree {
+        syn::UseTree::Path(p) => Some(&p.ident),
+        syn::UseTree::Name(n) => Some(&n.ident),
+        syn::UseTree::Rename(r) => Some(&r.ident),
+        syn::UseTree::Glob(_) => None,
+        syn::UseTree::Group(_) => None,
+    }
+}
+
+fn flatten_use(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<String>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            flatten_use(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            prefix.push(n.ident.to_string());
+            out.push(prefix.join("::"));
+            prefix.pop();
+        }
+        syn::UseTree::Rename(r) => {
+            prefix.push(r.ident.to_string());
+            out.push(prefix.join("::"));
+            prefix.pop();
+        }
+        syn::UseTree::Glob(_) => {
+            prefix.push("*".to_string());
+            out.push(prefix.join("::"));
+            prefix.pop();
+        }
+        syn::UseTree::Group(g) => {
+            for item in &g.items {
+                flatten_use(item, prefix, out);
+            }
+        }
+    }
+}

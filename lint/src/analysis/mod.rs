@@ -1,0 +1,467 @@
+//! The crate model the rules look at: parsed files, the facts one visitor pass collects from each
+//! (imports, functions, loops, calls, device evidence, test code), and the crate-wide step-loop
+//! analysis built from those facts.
+
+mod collect;
+pub mod device;
+pub mod frameworks;
+pub mod patterns;
+mod steps;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+
+use crate::config::Config;
+use crate::diagnostic::Region;
+
+pub(crate) use collect::{MAX_NESTING, collect_facts};
+pub use device::{DeviceEvidence, DeviceKind};
+pub use frameworks::{Framework, Frameworks};
+pub(crate) use steps::CrateAnalysis;
+
+/// Index of a file in [`CrateContext::files`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub usize);
+
+/// A parsed source file.
+pub struct SourceFile {
+    /// The path as the walk found it (joined with the path given on the command line).
+    pub path: PathBuf,
+    /// The file's text.
+    pub source: String,
+    /// The syntax tree.
+    pub ast: syn::File,
+    /// Bytes that `syn::parse_file` skipped before the tokens (BOM, shebang line).
+    prefix_len: usize,
+    /// Expressions parsed out of macro arguments (`println!("{}", t.to_scalar::<f32>()?)`).
+    pub(crate) macro_exprs: typed_arena::Arena<syn::Expr>,
+    /// Text of the called names, so each identifier is turned into a string once.
+    pub(crate) names: typed_arena::Arena<u8>,
+}
+
+impl SourceFile {
+    /// Parses `source`. The caller has already checked size, encoding and nesting depth.
+    pub(crate) fn parse(path: PathBuf, source: String) -> Result<SourceFile, syn::Error> {
+        let ast = syn::parse_file(&source)?;
+        let prefix_len = skipped_prefix_len(&source);
+        Ok(SourceFile {
+            path,
+            source,
+            ast,
+            prefix_len,
+            macro_exprs: typed_arena::Arena::new(),
+            names: typed_arena::Arena::new(),
+        })
+    }
+}
+
+/// What `syn::parse_file` strips before tokenizing: a BOM, then a shebang line (not `#![attr]`).
+fn skipped_prefix_len(source: &str) -> usize {
+    let mut skipped = 0;
+    let mut rest = source;
+    if let Some(stripped) = rest.strip_prefix('\u{feff}') {
+        skipped += '\u{feff}'.len_utf8();
+        rest = stripped;
+    }
+    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
+        skipped += rest.find('\n').unwrap_or(rest.len());
+    }
+    skipped
+}
+
+/// Kind of a loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopKind {
+    /// `for pat in expr { .. }`
+    For,
+    /// `while cond { .. }` / `while let`
+    While,
+    /// `loop { .. }`
+    Loop,
+    /// A closure passed to an iterator method (`for_each`, `try_for_each`, `map` over batches, ...).
+    Closure,
+}
+
+/// A function or method (free fn, impl method, trait default method, nested fn).
+#[derive(Debug)]
+pub struct FnFact<'a> {
+    /// The function's name.
+    pub name: &'a syn::Ident,
+    /// The last segment of the `impl` type, for methods.
+    pub self_ty: Option<String>,
+    /// The signature.
+    pub sig: &'a syn::Signature,
+    /// The body.
+    pub block: &'a syn::Block,
+    /// `#[test]`, `#[bench]`, or inside `#[cfg(test)]`.
+    pub is_test: bool,
+    /// The innermost enclosing function, for nested fns.
+    pub parent: Option<usize>,
+    /// CPU/GPU device mentions in the body (not counting arguments of `to_device`-like calls).
+    pub device: DeviceEvidence,
+    /// Names bound by `let` to a pinned host buffer (`alloc_pinned`, `pin_memory`).
+    pub pinned_bindings: Vec<String>,
+}
+
+/// A loop (or an iterator closure acting as one).
+#[derive(Debug)]
+pub struct LoopFact {
+    /// What kind of loop.
+    pub kind: LoopKind,
+    /// The `for`/`while`/`loop` keyword, or the iterator method's name for closures.
+    pub span: Span,
+    /// The function containing the loop.
+    pub fn_idx: Option<usize>,
+    /// The enclosing loop in the same function.
+    pub parent: Option<usize>,
+    /// Inside test code.
+    pub in_test: bool,
+}
+
+/// A call expression the visitor saw: `recv.method(..)` or `path::to::func(..)`.
+#[derive(Debug, Clone, Copy)]
+pub enum CallRef<'a> {
+    /// `receiver.method(args)`.
+    Method(&'a syn::ExprMethodCall),
+    /// `path(args)`; the path is the callee.
+    Path(&'a syn::ExprCall, &'a syn::Path),
+}
+
+impl<'a> CallRef<'a> {
+    /// The called name: the method, or the last segment of the path.
+    pub fn name(&self) -> &'a syn::Ident {
+        match self {
+            CallRef::Method(m) => &m.method,
+            CallRef::Path(_, path) => &path.segments[path.segments.len() - 1].ident,
+        }
+    }
+    /// The arguments.
+    pub fn args(&self) -> &'a syn::punctuated::Punctuated<syn::Expr, syn::Token![,]> {
+        match self {
+            CallRef::Method(m) => &m.args,
+            CallRef::Path(c, _) => &c.args,
+        }
+    }
+    /// The receiver of a method call.
+    pub fn receiver(&self) -> Option<&'a syn::Expr> {
+        match self {
+            CallRef::Method(m) => Some(&m.receiver),
+            CallRef::Path(..) => None,
+        }
+    }
+    /// The callee path of a path call.
+    pub fn path(&self) -> Option<&'a syn::Path> {
+        match self {
+            CallRef::Method(_) => None,
+            CallRef::Path(_, p) => Some(p),
+        }
+    }
+    /// The path segment before the name (`Tensor` in `Tensor::zeros`), for path calls.
+    pub fn qualifier(&self) -> Option<&'a syn::Ident> {
+        let path = self.path()?;
+        let n = path.segments.len();
+        (n >= 2).then(|| &path.segments[n - 2].ident)
+    }
+    /// The span of the name (method ident or last path segment): where findings point.
+    pub fn name_span(&self) -> Span {
+        self.name().span()
+    }
+    /// The span of the whole call expression.
+    pub fn span(&self) -> Span {
+        match self {
+            CallRef::Method(m) => m.span(),
+            CallRef::Path(c, _) => c.span(),
+        }
+    }
+    /// The whole call as an expression, when it is one in the tree.
+    pub fn is_method(&self) -> bool {
+        matches!(self, CallRef::Method(_))
+    }
+}
+
+/// A call with where it sits.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFact<'a> {
+    /// The call.
+    pub call: CallRef<'a>,
+    /// The called name as text (method name, or last segment of the path; no `r#`). Compare this
+    /// rather than formatting the identifier again.
+    pub name: &'a str,
+    /// The function containing it (None at item level, e.g. in a `const` initializer).
+    pub fn_idx: Option<usize>,
+    /// The innermost loop around it in the same function.
+    pub loop_idx: Option<usize>,
+    /// `Some(l)` when inside the `then` block of an `if x % N == 0` guard; `l` is the innermost loop
+    /// that was around the guard (None: the guard is outside any loop of the function).
+    pub guard: Option<Option<usize>>,
+    /// Inside test code.
+    pub in_test: bool,
+    /// Inside the arguments of a macro (`println!`, `format!`, ...).
+    pub in_macro: bool,
+}
+
+impl<'a> CallFact<'a> {
+    /// Whether the called name is `name`.
+    pub fn is(&self, name: &str) -> bool {
+        self.name == name
+    }
+}
+
+/// Everything the single visitor pass collects from one file.
+#[derive(Debug, Default)]
+pub struct FileFacts<'a> {
+    /// Frameworks the file's `use` items (and fully qualified paths) name.
+    pub frameworks: Frameworks,
+    /// The file's `use` paths, flattened (`candle_core::Device`, `burn::tensor::*`).
+    pub imports: Vec<String>,
+    /// Functions and methods, in source order.
+    pub fns: Vec<FnFact<'a>>,
+    /// Loops, in source order.
+    pub loops: Vec<LoopFact>,
+    /// Calls, in source order.
+    pub calls: Vec<CallFact<'a>>,
+    /// Device mentions at item level, outside functions (type aliases, consts, statics), outside
+    /// test code. Mentions inside a function count for that function only.
+    pub device: DeviceEvidence,
+    /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).
+    pub test_spans: Vec<Span>,
+    /// Set when the tree nests deeper than the analysis follows; the file is reported as an error.
+    pub too_deep: Option<Span>,
+}
+
+/// A parsed file with its facts.
+pub struct CrateFile<'a> {
+    /// The file's id in the crate.
+    pub id: FileId,
+    /// The parsed file.
+    pub file: &'a SourceFile,
+    /// What the visitor collected.
+    pub facts: FileFacts<'a>,
+}
+
+impl<'a> CrateFile<'a> {
+    /// The file's path.
+    pub fn path(&self) -> &'a Path {
+        &self.file.path
+    }
+    /// The file's text.
+    pub fn source(&self) -> &'a str {
+        &self.file.source
+    }
+    /// The syntax tree.
+    pub fn ast(&self) -> &'a syn::File {
+        &self.file.ast
+    }
+}
+
+/// Where a call reached from a step loop sits, as [`CrateContext::step_loop`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepHit {
+    /// File of the step loop.
+    pub loop_file: FileId,
+    /// Region of the step loop's keyword (or iterator method).
+    pub loop_region: Region,
+    /// The loop encloses another step loop (a per-epoch loop): the code runs once per epoch.
+    pub outer: bool,
+    /// The code sits under an `if step % N == 0` guard inside the loop (or in the called function).
+    pub guarded: bool,
+    /// The functions called from the loop to reach the code, outermost first (empty: directly in
+    /// the loop body).
+    pub via: Vec<String>,
+}
+
+impl StepHit {
+    /// True when the code runs on every step: innermost step loop, no `% N == 0` guard.
+    pub fn is_per_step(&self) -> bool {
+        !self.outer && !self.guarded
+    }
+
+    /// The notes a finding should carry: which loop, through which calls, and why it was lowered.
+    pub fn notes(&self, cx: &CrateContext<'_>) -> Vec<String> {
+        let mut notes = Vec::new();
+        let at = format!(
+            "{}:{}",
+            cx.file(self.loop_file).path().display(),
+            self.loop_region.line
+        );
+        if self.via.is_empty() {
+            notes.push(format!("inside the step loop at {at}"));
+        } else {
+            let chain = self
+                .via
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            notes.push(format!("called from the step loop at {at} through {chain}"));
+        }
+        if self.outer {
+            notes.push(
+                "that loop encloses the per-batch step loop, so this runs once per epoch and is \
+                 reported as a note"
+                    .to_string(),
+            );
+        }
+        if self.guarded {
+            notes.push(
+                "this runs only under an `if step % N == 0` guard, so it is reported as a note"
+                    .to_string(),
+            );
+        }
+        notes
+    }
+}
+
+/// One crate (the `.rs` files of one Cargo package) as the rules see it.
+pub struct CrateContext<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) files: &'a [CrateFile<'a>],
+    pub(crate) config: &'a Config,
+    pub(crate) analysis: &'a CrateAnalysis,
+    pub(crate) crate_frameworks: Frameworks,
+}
+
+impl<'a> CrateContext<'a> {
+    /// The package directory (the directory of its `Cargo.toml`), or the file itself for a lone file.
+    pub fn root(&self) -> &'a Path {
+        self.root
+    }
+
+    /// The crate's parsed files, in path order.
+    pub fn files(&self) -> &'a [CrateFile<'a>] {
+        self.files
+    }
+
+    /// One file.
+    pub fn file(&self, id: FileId) -> &'a CrateFile<'a> {
+        &self.files[id.0]
+    }
+
+    /// Every call of the crate with its file, in file order then source order.
+    pub fn calls(&self) -> impl Iterator<Item = (FileId, &'a CallFact<'a>)> + 'a {
+        self.files
+            .iter()
+            .flat_map(|f| f.facts.calls.iter().map(move |c| (f.id, c)))
+    }
+
+    /// The configuration in force for this crate.
+    pub fn config(&self) -> &'a Config {
+        self.config
+    }
+
+    /// The minimum batch size below which a literal batch size is reported (`min-batch-size`).
+    pub fn min_batch_size(&self) -> usize {
+        self.config.min_batch_size
+    }
+
+    /// Frameworks used anywhere in the crate (`use` items and the package's dependencies).
+    pub fn crate_frameworks(&self) -> Frameworks {
+        self.crate_frameworks
+    }
+
+    /// Whether code in `file` should be read as `framework` code: the file imports it, or the file
+    /// imports no framework at all and the crate uses it. Use this to decide what a method name that
+    /// several libraries share means (`into_data` is burn only where burn is in scope).
+    pub fn uses(&self, file: FileId, framework: Framework) -> bool {
+        let own = self.file(file).facts.frameworks;
+        if own.contains(framework) {
+            return true;
+        }
+        own.is_empty() && self.crate_frameworks.contains(framework)
+    }
+
+    /// The source region of a span (1-based lines and columns, end exclusive).
+    pub fn region(&self, span: Span) -> Region {
+        region_of(span)
+    }
+
+    /// The source region of a syntax node (from its first to its last token).
+    pub fn region_of<T: Spanned>(&self, node: &T) -> Region {
+        region_of(node.span())
+    }
+
+    /// Byte offsets of a span in the file's source (for [`crate::Edit`]s).
+    pub fn byte_range(&self, file: FileId, span: Span) -> Range<usize> {
+        let range = span.byte_range();
+        let base = self.file(file).file.prefix_len;
+        range.start + base..range.end + base
+    }
+
+    /// The source text of a span.
+    pub fn text(&self, file: FileId, span: Span) -> &'a str {
+        let range = self.byte_range(file, span);
+        self.file(file).source().get(range).unwrap_or("")
+    }
+
+    /// Whether a span lies in test code (`#[test]`/`#[bench]` fn, `#[cfg(test)]` module or impl).
+    pub fn is_test_code(&self, file: FileId, span: Span) -> bool {
+        let at = span.byte_range().start;
+        self.file(file)
+            .facts
+            .test_spans
+            .iter()
+            .any(|t| t.byte_range().contains(&at))
+    }
+
+    /// Where a call sits relative to the crate's step loops: directly in one, or in a function
+    /// (transitively) called from one. None when it is not reached from a step loop, or is test code.
+    pub fn step_loop(&self, file: FileId, call: &CallFact<'_>) -> Option<StepHit> {
+        self.analysis.step_hit(self, file, call)
+    }
+
+    /// Whether the device of code at `call` is statically the CPU: the enclosing function (or the
+    /// function of the step loop that calls it, or the file's items, or the crate's items, whichever
+    /// first mentions a device) mentions only CPU devices (`Device::Cpu`, `kind::FLOAT_CPU`, burn
+    /// `NdArray`/`Flex`). Item level means type aliases, consts and statics outside functions.
+    pub fn is_statically_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
+        self.analysis.is_statically_cpu(self, file, call)
+    }
+
+    /// What device an expression names: `&Device::Cpu`, `kind::FLOAT_CUDA`, `(Kind::Float, Device::Cpu)`,
+    /// `&device` (a binding: [`DeviceKind::Unknown`]).
+    pub fn device_of(&self, expr: &syn::Expr) -> DeviceKind {
+        device::device_of_expr(expr)
+    }
+
+    /// The function a call sits in.
+    pub fn fn_of(&self, file: FileId, call: &CallFact<'_>) -> Option<&'a FnFact<'a>> {
+        call.fn_idx.map(|i| &self.file(file).facts.fns[i])
+    }
+}
+
+/// Converts a span to a [`Region`] (1-based, end exclusive).
+pub(crate) fn region_of(span: Span) -> Region {
+    let start = span.start();
+    let end = span.end();
+    Region {
+        line: start.line.max(1),
+        column: start.column + 1,
+        end_line: end.line.max(1),
+        end_column: end.column + 1,
+    }
+}
+
+thread_local! {
+    static IDENT_BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Runs `f` on an identifier's text without allocating (a per-thread buffer).
+pub(crate) fn with_ident_str<R>(ident: &syn::Ident, f: impl FnOnce(&str) -> R) -> R {
+    use std::fmt::Write;
+    IDENT_BUF.with(|buf| match buf.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let _ = write!(buf, "{ident}");
+            let text = buf.strip_prefix("r#").unwrap_or(&buf);
+            f(text)
+        }
+        // Re-entered from inside `f`: fall back to an allocation.
+        Err(_) => {
+            let text = ident.to_string();
+            f(text.strip_prefix("r#").unwrap_or(&text))
+        }
+    })
+}

@@ -1,0 +1,564 @@
+//! Crate-wide step-loop analysis over the collected facts.
+//!
+//! A step loop is a `for`/`while`/`loop` or iterator closure whose body, directly or through functions
+//! of the same crate it calls (resolved by name, transitively), contains a step marker. The innermost
+//! step loop runs per batch; an enclosing one runs per epoch. Functions called from a step loop are
+//! "reached" from it; code in them is reported at its own line with a note naming the loop.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::{Component, Path};
+
+use super::{CallFact, CrateContext, CrateFile, FileId, StepHit, region_of, with_ident_str};
+
+/// A function of the crate: (file, index in that file's facts).
+type GlobalFn = (usize, usize);
+
+/// Functions by name.
+type FnIndex<'n> = HashMap<&'n str, Vec<GlobalFn>, BuildHasherDefault<NameHasher>>;
+
+/// How a function is reached from a step loop.
+#[derive(Debug, Clone)]
+struct Reach {
+    /// The step loop: (file, loop index).
+    origin: (usize, usize),
+    /// True when every call on the way runs on every step of the origin loop (no `% N == 0` guard).
+    unguarded: bool,
+    /// The function that called this one (None: called directly from the loop's function).
+    caller: Option<GlobalFn>,
+}
+
+/// The result of the analysis for one crate.
+#[derive(Debug, Default)]
+pub(crate) struct CrateAnalysis {
+    /// Per file, per loop: is it a step loop.
+    step_loop: Vec<Vec<bool>>,
+    /// Per file, per loop: does it enclose another step loop (so it is an outer, per-epoch loop).
+    outer: Vec<Vec<bool>>,
+    /// Per file, per function: how it is reached from a step loop.
+    reach: Vec<Vec<Option<Reach>>>,
+    /// Device evidence over the whole crate.
+    crate_device: super::DeviceEvidence,
+}
+
+/// The built-in step markers and those the configuration adds.
+pub(crate) struct Markers<'c> {
+    extra: &'c [String],
+}
+
+impl Markers<'_> {
+    /// `loss.backward()`, `opt.backward_step(&loss)`, `opt.zero_grad()`, an optimizer's
+    /// `step`/`update`, or a configured name.
+    fn is_marker(&self, call: &CallFact<'_>) -> bool {
+        match call.name {
+            "backward" | "backward_step" | "zero_grad" | "zero_grad_set_to_none" => true,
+            "step" | "update" => call.call.receiver().is_some_and(is_optimizer_like),
+            name => self.extra.iter().any(|m| m == name),
+        }
+    }
+}
+
+/// Whether an expression names an optimizer: `opt`, `self.optimizer`, `adam`, `sgd`, `optim`.
+fn is_optimizer_like(expr: &syn::Expr) -> bool {
+    let ident = match expr {
+        syn::Expr::Path(p) => p.path.segments.last().map(|s| &s.ident),
+        syn::Expr::Field(f) => match &f.member {
+            syn::Member::Named(ident) => Some(ident),
+            syn::Member::Unnamed(_) => None,
+        },
+        syn::Expr::Reference(r) => return is_optimizer_like(&r.expr),
+        syn::Expr::Paren(p) => return is_optimizer_like(&p.expr),
+        syn::Expr::MethodCall(m) => return is_optimizer_like(&m.receiver),
+        _ => None,
+    };
+    ident.is_some_and(|ident| {
+        with_ident_str(ident, |name| {
+            let lower = name.to_ascii_lowercase();
+            ["opt", "sgd", "adam", "rmsprop", "lamb", "lion"]
+                .iter()
+                .any(|word| lower.contains(word))
+        })
+    })
+}
+
+impl CrateAnalysis {
+    /// Runs the analysis over the files of one crate.
+    pub(crate) fn build(
+        root: &Path,
+        files: &[CrateFile<'_>],
+        extra_markers: &[String],
+    ) -> CrateAnalysis {
+        let markers = Markers {
+            extra: extra_markers,
+        };
+        // Functions by the shape of call that reaches them (see `resolves_to`): methods by name,
+        // free functions by name, associated functions by impl type and name.
+        let mut methods: FnIndex<'_> = HashMap::default();
+        let mut free: FnIndex<'_> = HashMap::default();
+        let mut assoc: HashMap<&str, FnIndex<'_>, BuildHasherDefault<NameHasher>> =
+            HashMap::default();
+        for (fi, file) in files.iter().enumerate() {
+            for (idx, f) in file.facts.fns.iter().enumerate() {
+                if f.is_test {
+                    continue;
+                }
+                // Interned in the file's name arena, like the called names.
+                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                if f.sig.receiver().is_some() {
+                    methods.entry(name).or_default().push((fi, idx));
+                }
+                match f.self_ty.as_deref() {
+                    Some(ty) => assoc
+                        .entry(ty)
+                        .or_default()
+                        .entry(name)
+                        .or_default()
+                        .push((fi, idx)),
+                    None => free.entry(name).or_default().push((fi, idx)),
+                }
+            }
+        }
+        let offsets = offsets_of(files);
+        let total_fns: usize = files.iter().map(|f| f.facts.fns.len()).sum();
+        let global = |g: GlobalFn| offsets[g.0] + g.1;
+
+        // Which build target each file belongs to: calls resolve within a target and into the lib.
+        let file_targets_of: Vec<Option<String>> =
+            files.iter().map(|f| build_target(root, f.path())).collect();
+        let single_target = file_targets_of.iter().all(|t| t == &file_targets_of[0]);
+        // Resolve every call once: its same-crate targets (empty for most calls).
+        let mut targets: Vec<Vec<Cow<'_, [GlobalFn]>>> = Vec::with_capacity(files.len());
+        let mut is_marker: Vec<Vec<bool>> = Vec::with_capacity(files.len());
+        for (fi, file) in files.iter().enumerate() {
+            let mut file_targets = Vec::with_capacity(file.facts.calls.len());
+            let mut file_markers = Vec::with_capacity(file.facts.calls.len());
+            for call in &file.facts.calls {
+                let found: &[GlobalFn] = if call.in_test {
+                    &[]
+                } else {
+                    candidates(file, call, &methods, &free, &assoc)
+                };
+                let found = if single_target || found.is_empty() {
+                    Cow::Borrowed(found)
+                } else {
+                    Cow::Owned(
+                        found
+                            .iter()
+                            .copied()
+                            .filter(|&(tf, _)| {
+                                file_targets_of[tf].is_none()
+                                    || file_targets_of[tf] == file_targets_of[fi]
+                            })
+                            .collect(),
+                    )
+                };
+                file_targets.push(found);
+                file_markers.push(!call.in_test && markers.is_marker(call));
+            }
+            targets.push(file_targets);
+            is_marker.push(file_markers);
+        }
+
+        // Functions containing a marker, directly or through callees: propagate backwards.
+        let mut callers: Vec<Vec<usize>> = vec![Vec::new(); total_fns];
+        // Calls with same-crate targets, per calling function.
+        let mut fn_calls: Vec<Vec<usize>> = vec![Vec::new(); total_fns];
+        let mut has_marker = vec![false; total_fns];
+        let mut queue = VecDeque::new();
+        for (fi, file) in files.iter().enumerate() {
+            for (ci, call) in file.facts.calls.iter().enumerate() {
+                let Some(caller_idx) = call.fn_idx else {
+                    continue;
+                };
+                if file.facts.fns[caller_idx].is_test {
+                    continue;
+                }
+                let caller = global((fi, caller_idx));
+                if !targets[fi][ci].is_empty() {
+                    fn_calls[caller].push(ci);
+                }
+                for &target in targets[fi][ci].iter() {
+                    callers[global(target)].push(caller);
+                }
+                if is_marker[fi][ci] && !has_marker[caller] {
+                    has_marker[caller] = true;
+                    queue.push_back(caller);
+                }
+            }
+        }
+        while let Some(f) = queue.pop_front() {
+            for &caller in &callers[f] {
+                if !has_marker[caller] {
+                    has_marker[caller] = true;
+                    queue.push_back(caller);
+                }
+            }
+        }
+
+        // Step loops: a loop with a marker (or a call to a marker function) anywhere in its body.
+        let mut step_loop: Vec<Vec<bool>> = files
+            .iter()
+            .map(|f| vec![false; f.facts.loops.len()])
+            .collect();
+        for (fi, file) in files.iter().enumerate() {
+            for (ci, call) in file.facts.calls.iter().enumerate() {
+                let Some(mut l) = call.loop_idx else { continue };
+                if call.in_test {
+                    continue;
+                }
+                let marks =
+                    is_marker[fi][ci] || targets[fi][ci].iter().any(|&t| has_marker[global(t)]);
+                if !marks {
+                    continue;
+                }
+                loop {
+                    if step_loop[fi][l] {
+                        break;
+                    }
+                    step_loop[fi][l] = true;
+                    match file.facts.loops[l].parent {
+                        Some(p) => l = p,
+                        None => break,
+                    }
+                }
+            }
+        }
+        // Outer loops: step loops enclosing another step loop.
+        let mut outer: Vec<Vec<bool>> = files
+            .iter()
+            .map(|f| vec![false; f.facts.loops.len()])
+            .collect();
+        for (fi, file) in files.iter().enumerate() {
+            for l in 0..file.facts.loops.len() {
+                if !step_loop[fi][l] {
+                    continue;
+                }
+                let mut parent = file.facts.loops[l].parent;
+                while let Some(p) = parent {
+                    if step_loop[fi][p] {
+                        outer[fi][p] = true;
+                    }
+                    parent = file.facts.loops[p].parent;
+                }
+            }
+        }
+
+        let mut analysis = CrateAnalysis {
+            step_loop,
+            outer,
+            reach: files
+                .iter()
+                .map(|f| vec![None; f.facts.fns.len()])
+                .collect(),
+            crate_device: Default::default(),
+        };
+        for file in files {
+            analysis.crate_device.merge(file.facts.device);
+        }
+
+        // Reach: breadth-first from calls in step loops, per-step paths first so that a function
+        // reached both per step and less often reports per step. Each function is settled at most
+        // twice (once per kind), so cycles end.
+        let mut seeds_per_step = Vec::new();
+        let mut seeds_lowered = Vec::new();
+        for (fi, file) in files.iter().enumerate() {
+            for (ci, call) in file.facts.calls.iter().enumerate() {
+                if call.in_test || targets[fi][ci].is_empty() {
+                    continue;
+                }
+                let Some(l) = analysis.innermost_step_loop(files, fi, call.loop_idx) else {
+                    continue;
+                };
+                let unguarded = !guard_inside(files, fi, call, l);
+                let per_step = !analysis.outer[fi][l] && unguarded;
+                let seed = (fi, ci, (fi, l), unguarded);
+                if per_step {
+                    seeds_per_step.push(seed);
+                } else {
+                    seeds_lowered.push(seed);
+                }
+            }
+        }
+        for (per_step, seeds) in [(true, seeds_per_step), (false, seeds_lowered)] {
+            let mut queue: VecDeque<GlobalFn> = VecDeque::new();
+            for (fi, ci, origin, unguarded) in seeds {
+                for &target in targets[fi][ci].iter() {
+                    if analysis.settle(target, origin, unguarded, None) {
+                        queue.push_back(target);
+                    }
+                }
+            }
+            while let Some(g) = queue.pop_front() {
+                let Some(reach) = analysis.reach[g.0][g.1].clone() else {
+                    continue;
+                };
+                let file = &files[g.0];
+                for &ci in &fn_calls[global(g)] {
+                    let call = &file.facts.calls[ci];
+                    // Calls inside the function's own step loops are seeds of their own.
+                    if analysis.inside_any_step_loop(files, g.0, call.loop_idx) {
+                        continue;
+                    }
+                    let unguarded = reach.unguarded && call.guard.is_none();
+                    let next_per_step =
+                        !analysis.outer[reach.origin.0][reach.origin.1] && unguarded;
+                    if next_per_step != per_step {
+                        continue;
+                    }
+                    for &target in targets[g.0][ci].iter() {
+                        if analysis.settle(target, reach.origin, unguarded, Some(g)) {
+                            queue.push_back(target);
+                        }
+                    }
+                }
+            }
+        }
+        analysis
+    }
+
+    /// Records that `f` is reached from `origin`; true when this changed anything.
+    fn settle(
+        &mut self,
+        f: GlobalFn,
+        origin: (usize, usize),
+        unguarded: bool,
+        caller: Option<GlobalFn>,
+    ) -> bool {
+        let per_step = !self.outer[origin.0][origin.1] && unguarded;
+        let existing_per_step = self.reach[f.0][f.1]
+            .as_ref()
+            .map(|r| !self.outer[r.origin.0][r.origin.1] && r.unguarded);
+        match existing_per_step {
+            Some(existing) if existing || !per_step => false,
+            _ => {
+                self.reach[f.0][f.1] = Some(Reach {
+                    origin,
+                    unguarded,
+                    caller,
+                });
+                true
+            }
+        }
+    }
+
+    /// Whether loop `l` is or sits inside a step loop of its function.
+    fn inside_any_step_loop(&self, files: &[CrateFile<'_>], fi: usize, l: Option<usize>) -> bool {
+        let mut at = l;
+        while let Some(idx) = at {
+            if self.step_loop[fi][idx] {
+                return true;
+            }
+            at = files[fi].facts.loops[idx].parent;
+        }
+        false
+    }
+
+    /// The step loop whose iterations run code at loop `l`: the innermost step loop around it,
+    /// except that code in another loop nested in a per-epoch loop (a validation loop beside the
+    /// per-batch loop) belongs to no step loop: it runs per validation batch, not per step.
+    fn innermost_step_loop(
+        &self,
+        files: &[CrateFile<'_>],
+        fi: usize,
+        l: Option<usize>,
+    ) -> Option<usize> {
+        let mut at = l;
+        while let Some(idx) = at {
+            if self.step_loop[fi][idx] {
+                if self.outer[fi][idx] && l != Some(idx) {
+                    return None;
+                }
+                return Some(idx);
+            }
+            at = files[fi].facts.loops[idx].parent;
+        }
+        None
+    }
+
+    /// Where a call sits relative to the crate's step loops.
+    pub(crate) fn step_hit(
+        &self,
+        cx: &CrateContext<'_>,
+        file: FileId,
+        call: &CallFact<'_>,
+    ) -> Option<StepHit> {
+        if call.in_test {
+            return None;
+        }
+        let files = cx.files();
+        let fi = file.0;
+        if let Some(l) = self.innermost_step_loop(files, fi, call.loop_idx) {
+            return Some(StepHit {
+                loop_file: file,
+                loop_region: region_of(files[fi].facts.loops[l].span),
+                outer: self.outer[fi][l],
+                guarded: guard_inside(files, fi, call, l),
+                via: Vec::new(),
+            });
+        }
+        // Not in a step loop of its own function: reached from one through calls?
+        let f = call.fn_idx?;
+        let reach = self.reach[fi][f].as_ref()?;
+        let mut via = Vec::new();
+        let mut at = Some((fi, f));
+        let mut guard = 0;
+        while let Some(g) = at {
+            via.push(files[g.0].facts.fns[g.1].name.to_string());
+            at = self.reach[g.0][g.1].as_ref().and_then(|r| r.caller);
+            guard += 1;
+            if guard > files.iter().map(|f| f.facts.fns.len()).sum::<usize>() {
+                break;
+            }
+        }
+        via.reverse();
+        let (lf, l) = reach.origin;
+        Some(StepHit {
+            loop_file: FileId(lf),
+            loop_region: region_of(files[lf].facts.loops[l].span),
+            outer: self.outer[lf][l],
+            guarded: !reach.unguarded || call.guard.is_some(),
+            via,
+        })
+    }
+
+    /// See [`CrateContext::is_statically_cpu`].
+    pub(crate) fn is_statically_cpu(
+        &self,
+        cx: &CrateContext<'_>,
+        file: FileId,
+        call: &CallFact<'_>,
+    ) -> bool {
+        let files = cx.files();
+        let facts = &files[file.0].facts;
+        if let Some(f) = call.fn_idx {
+            // The function itself, then enclosing functions.
+            let mut at = Some(f);
+            while let Some(idx) = at {
+                let evidence = facts.fns[idx].device;
+                if !evidence.is_empty() {
+                    return evidence.is_cpu_only();
+                }
+                at = facts.fns[idx].parent;
+            }
+            // The function whose step loop calls this one.
+            if let Some(reach) = &self.reach[file.0][f] {
+                let (lf, l) = reach.origin;
+                if let Some(loop_fn) = files[lf].facts.loops[l].fn_idx {
+                    let evidence = files[lf].facts.fns[loop_fn].device;
+                    if !evidence.is_empty() {
+                        return evidence.is_cpu_only();
+                    }
+                }
+            }
+        }
+        if !facts.device.is_empty() {
+            return facts.device.is_cpu_only();
+        }
+        self.crate_device.is_cpu_only()
+    }
+}
+
+/// Whether the call's `% N == 0` guard (if any) sits inside loop `l` (so it thins out the steps).
+fn guard_inside(files: &[CrateFile<'_>], fi: usize, call: &CallFact<'_>, l: usize) -> bool {
+    let Some(guard_loop) = call.guard else {
+        return false;
+    };
+    let mut at = guard_loop;
+    while let Some(idx) = at {
+        if idx == l {
+            return true;
+        }
+        at = files[fi].facts.loops[idx].parent;
+    }
+    false
+}
+
+fn offsets_of(files: &[CrateFile<'_>]) -> Vec<usize> {
+    let mut offsets = Vec::with_capacity(files.len());
+    let mut total = 0;
+    for file in files {
+        offsets.push(total);
+        total += file.facts.fns.len();
+    }
+    offsets
+}
+
+/// A small, fast hasher for function names (FxHash's multiply-rotate): the lookup runs once per call
+/// of the crate, and names are not attacker-chosen keys.
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The build target of a file of a package: `None` for the library and the main binary (`src/`),
+/// `Some("examples/x")`, `Some("src/bin/x")`, `Some("tests/x")`, `Some("benches/x")` for the others.
+/// Each target is its own crate: an example cannot call a function of another example.
+fn build_target(root: &Path, path: &Path) -> Option<String> {
+    let absolute = std::path::absolute(path).ok()?;
+    let relative = absolute.strip_prefix(root).ok()?;
+    let parts: Vec<&str> = relative
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(part) => part.to_str(),
+            _ => None,
+        })
+        .collect();
+    let stem = |part: &str| part.trim_end_matches(".rs").to_string();
+    match parts.as_slice() {
+        ["examples" | "tests" | "benches", first, ..] => {
+            Some(format!("{}/{}", parts[0], stem(first)))
+        }
+        ["src", "bin", first, ..] => Some(format!("src/bin/{}", stem(first))),
+        _ => None,
+    }
+}
+
+/// The crate functions a call can reach by its shape: methods for `x.f()`, the impl type's functions
+/// for `Type::f()` / `Self::f()` (so `Tensor::new` never reaches the crate's own `new`s), free
+/// functions for `f()` and `module::f()`.
+fn candidates<'m>(
+    file: &CrateFile<'_>,
+    call: &CallFact<'_>,
+    methods: &'m FnIndex<'_>,
+    free: &'m FnIndex<'_>,
+    assoc: &'m HashMap<&str, FnIndex<'_>, BuildHasherDefault<NameHasher>>,
+) -> &'m [GlobalFn] {
+    let lookup = |index: &'m FnIndex<'_>| index.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
+    if call.call.is_method() {
+        return lookup(methods);
+    }
+    let Some(qualifier) = call.call.qualifier() else {
+        return lookup(free);
+    };
+    if qualifier == "Self" {
+        // The caller's impl type; outside an impl, nothing.
+        return call
+            .fn_idx
+            .and_then(|f| file.facts.fns[f].self_ty.as_deref())
+            .and_then(|ty| assoc.get(ty))
+            .map(lookup)
+            .unwrap_or(&[]);
+    }
+    with_ident_str(qualifier, |q| {
+        if q.starts_with(|c: char| c.is_ascii_uppercase()) {
+            assoc.get(q).map(lookup).unwrap_or(&[])
+        } else {
+            // `module::f()`, `crate::train::f()`.
+            lookup(free)
+        }
+    })
+}

@@ -1,0 +1,333 @@
+//! Configuration: `perfkit.toml`, or `[workspace.metadata.perfkit]` / `[package.metadata.perfkit]` in
+//! `Cargo.toml`, found upward from the linted code, or a file given with `--config`.
+//!
+//! ```toml
+//! select = ["PK1", "PK2"]          # codes or prefixes; default: every rule
+//! ignore = ["PK502"]
+//! step-markers = ["train_step"]    # extra names that make a loop a step loop
+//! min-batch-size = 16              # PK502 threshold (default 16)
+//! exclude = ["generated/**"]       # globs, relative to the config file's directory
+//!
+//! [severity]
+//! PK101 = "error"                  # note | warning | error | off
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use crate::LintError;
+use crate::diagnostic::Severity;
+
+/// Default for `min-batch-size`.
+pub const DEFAULT_MIN_BATCH_SIZE: usize = 16;
+
+/// A loaded configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The file it came from (None: defaults).
+    pub source: Option<PathBuf>,
+    /// Directory that `exclude` globs are relative to.
+    pub root: PathBuf,
+    /// Codes or prefixes to enable (empty: all rules).
+    pub select: Vec<String>,
+    /// Codes or prefixes to disable.
+    pub ignore: Vec<String>,
+    /// Per-code severity overrides; `None` means "off".
+    pub severity: BTreeMap<String, Option<Severity>>,
+    /// Extra step-marker names (methods or functions).
+    pub step_markers: Vec<String>,
+    /// PK502's threshold: literal batch sizes below it are reported.
+    pub min_batch_size: usize,
+    /// Globs of paths not to lint.
+    pub exclude: Vec<String>,
+    exclude_set: GlobSet,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            source: None,
+            root: PathBuf::from("."),
+            select: Vec::new(),
+            ignore: Vec::new(),
+            severity: BTreeMap::new(),
+            step_markers: Vec::new(),
+            min_batch_size: DEFAULT_MIN_BATCH_SIZE,
+            exclude: Vec::new(),
+            exclude_set: GlobSet::empty(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a `perfkit.toml` (or any file given with `--config`; a `Cargo.toml` is read through its
+    /// `metadata.perfkit` tables).
+    pub fn from_file(path: &Path) -> Result<Config, LintError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LintError::ConfigIo {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let table: toml::Table =
+            text.parse()
+                .map_err(|err: toml::de::Error| LintError::Config {
+                    path: path.to_path_buf(),
+                    message: err.to_string(),
+                })?;
+        let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
+        let table = if is_cargo {
+            match cargo_metadata_table(&table) {
+                Some(t) => t.clone(),
+                None => toml::Table::new(),
+            }
+        } else {
+            table
+        };
+        Config::from_table(&table, path)
+    }
+
+    /// Builds a configuration from the keys of a table; `path` names the file in errors.
+    pub fn from_table(table: &toml::Table, path: &Path) -> Result<Config, LintError> {
+        let err = |message: String| LintError::Config {
+            path: path.to_path_buf(),
+            message,
+        };
+        let mut config = Config {
+            source: Some(path.to_path_buf()),
+            root: path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            ..Config::default()
+        };
+        for (key, value) in table {
+            match key.as_str() {
+                "select" => config.select = string_list(value, key).map_err(err)?,
+                "ignore" => config.ignore = string_list(value, key).map_err(err)?,
+                "step-markers" | "step_markers" => {
+                    config.step_markers = string_list(value, key).map_err(err)?;
+                }
+                "exclude" => config.exclude = string_list(value, key).map_err(err)?,
+                "min-batch-size" | "min_batch_size" => {
+                    let Some(n) = value.as_integer().filter(|n| *n >= 1) else {
+                        return Err(err(format!("`{key}` must be a positive integer")));
+                    };
+                    config.min_batch_size = usize::try_from(n).unwrap_or(usize::MAX);
+                }
+                "severity" => {
+                    let Some(map) = value.as_table() else {
+                        return Err(err(
+                            "`severity` must be a table of code = \"note|warning|error|off\""
+                                .into(),
+                        ));
+                    };
+                    for (code, level) in map {
+                        check_code(code).map_err(|m| err(format!("in `severity`: {m}")))?;
+                        let level = match level.as_str() {
+                            Some("note") => Some(Severity::Note),
+                            Some("warning") => Some(Severity::Warning),
+                            Some("error") => Some(Severity::Error),
+                            Some("off") => None,
+                            _ => {
+                                return Err(err(format!(
+                                    "severity of `{code}` must be \"note\", \"warning\", \"error\" or \"off\""
+                                )));
+                            }
+                        };
+                        config.severity.insert(code.to_ascii_uppercase(), level);
+                    }
+                }
+                other => {
+                    return Err(err(format!(
+                        "unknown key `{other}` (expected select, ignore, severity, step-markers, \
+                         min-batch-size or exclude)"
+                    )));
+                }
+            }
+        }
+        for code in config.select.iter().chain(&config.ignore) {
+            check_code(code).map_err(err)?;
+        }
+        config.exclude_set = build_globs(&config.exclude).map_err(err)?;
+        Ok(config)
+    }
+
+    /// Whether a path (as walked) is excluded by the `exclude` globs.
+    pub fn is_excluded(&self, path: &Path) -> bool {
+        if self.exclude.is_empty() {
+            return false;
+        }
+        if self.exclude_set.is_match(path) {
+            return true;
+        }
+        let relative = path.strip_prefix(&self.root).unwrap_or(path);
+        let relative = relative.strip_prefix(".").unwrap_or(relative);
+        self.exclude_set.is_match(relative)
+    }
+
+    /// Whether the rule `code` runs, given this configuration plus the command line's lists.
+    pub fn is_enabled(&self, code: &str, extra_select: &[String], extra_ignore: &[String]) -> bool {
+        if let Some(None) = self.severity.get(code) {
+            return false;
+        }
+        let matches = |list: &[String]| {
+            list.iter().any(|p| {
+                let p = p.to_ascii_uppercase();
+                p == "ALL" || code.starts_with(&p)
+            })
+        };
+        let selected = if self.select.is_empty() && extra_select.is_empty() {
+            true
+        } else {
+            matches(&self.select) || matches(extra_select)
+        };
+        // A rule selected by its full code on the command line beats a prefix ignore in the file.
+        let explicitly = extra_select.iter().any(|p| p.eq_ignore_ascii_case(code));
+        selected && !matches(extra_ignore) && (explicitly || !matches(&self.ignore))
+    }
+
+    /// The severity of `code` after overrides.
+    pub fn severity_of(&self, code: &str, default: Severity) -> Severity {
+        match self.severity.get(code) {
+            Some(Some(level)) => *level,
+            _ => default,
+        }
+    }
+}
+
+/// Checks that `code` is a rule code or a prefix of one (`PK1`, `PK101`, `ALL`).
+pub(crate) fn check_code(code: &str) -> Result<(), String> {
+    let upper = code.to_ascii_uppercase();
+    if upper == "ALL"
+        || crate::rules()
+            .iter()
+            .any(|r| r.meta().code.starts_with(&upper))
+    {
+        Ok(())
+    } else {
+        Err(format!("unknown rule code or prefix `{code}`"))
+    }
+}
+
+fn string_list(value: &toml::Value, key: &str) -> Result<Vec<String>, String> {
+    let Some(items) = value.as_array() else {
+        return Err(format!("`{key}` must be a list of strings"));
+    };
+    items
+        .iter()
+        .map(|item| {
+            item.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("`{key}` must be a list of strings"))
+        })
+        .collect()
+}
+
+fn build_globs(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob =
+            Glob::new(pattern).map_err(|e| format!("bad `exclude` glob `{pattern}`: {e}"))?;
+        builder.add(glob);
+        // `dir` or `dir/` also excludes what is under it.
+        let trimmed = pattern.trim_end_matches('/');
+        if !trimmed.contains('*')
+            && let Ok(glob) = Glob::new(&format!("{trimmed}/**"))
+        {
+            builder.add(glob);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| format!("bad `exclude` globs: {e}"))
+}
+
+fn cargo_metadata_table(table: &toml::Table) -> Option<&toml::Table> {
+    ["workspace", "package"].iter().find_map(|section| {
+        table
+            .get(*section)?
+            .get("metadata")?
+            .get("perfkit")?
+            .as_table()
+    })
+}
+
+/// Finds the configuration for code in `dir`: the nearest `perfkit.toml`, or `Cargo.toml` with a
+/// `metadata.perfkit` table, in `dir` or above. Returns the file to read.
+pub(crate) fn discover(dir: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(dir).ok()?;
+    for ancestor in absolute.ancestors() {
+        let candidate = ancestor.join("perfkit.toml");
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+        let cargo = ancestor.join("Cargo.toml");
+        if cargo.is_file()
+            && let Ok(text) = std::fs::read_to_string(&cargo)
+            && text.contains("perfkit")
+            && let Ok(table) = text.parse::<toml::Table>()
+            && cargo_metadata_table(&table).is_some()
+        {
+            return Some(cargo);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Result<Config, LintError> {
+        Config::from_table(&text.parse().expect("toml"), Path::new("perfkit.toml"))
+    }
+
+    #[test]
+    fn select_ignore_and_severity() {
+        let c = config("select = [\"PK1\"]\nignore = [\"PK102\"]\n[severity]\nPK101 = \"error\"\nPK202 = \"off\"\n")
+            .expect("valid");
+        assert!(c.is_enabled("PK101", &[], &[]));
+        assert!(!c.is_enabled("PK102", &[], &[]));
+        assert!(!c.is_enabled("PK202", &[], &[]));
+        // The command line adds to the selection and can re-enable a code by its full name.
+        assert!(c.is_enabled("PK102", &["PK102".into()], &[]));
+        assert!(c.is_enabled("PK301", &["PK3".into()], &[]));
+        assert!(!c.is_enabled("PK101", &[], &["PK1".into()]));
+        assert_eq!(c.severity_of("PK101", Severity::Warning), Severity::Error);
+        assert_eq!(c.min_batch_size, DEFAULT_MIN_BATCH_SIZE);
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let text = config("min-batch-size = 0\n")
+            .expect_err("zero")
+            .to_string();
+        assert!(
+            text.contains("min-batch-size") && text.contains("perfkit.toml"),
+            "{text}"
+        );
+        let text = config("select = [\"PK9\"]\n")
+            .expect_err("code")
+            .to_string();
+        assert!(text.contains("`PK9`"), "{text}");
+        let text = config("[severity]\nPK101 = \"loud\"\n")
+            .expect_err("level")
+            .to_string();
+        assert!(text.contains("PK101"), "{text}");
+        let text = config("exclude = [\"a[\"]\n")
+            .expect_err("glob")
+            .to_string();
+        assert!(text.contains("a["), "{text}");
+    }
+
+    #[test]
+    fn exclude_globs_are_relative_to_the_config_directory() {
+        let mut c = config("exclude = [\"gen\", \"**/*_pb.rs\"]\n").expect("valid");
+        c.root = PathBuf::from("/repo");
+        assert!(c.is_excluded(Path::new("/repo/gen/a.rs")));
+        assert!(c.is_excluded(Path::new("/repo/src/x_pb.rs")));
+        assert!(!c.is_excluded(Path::new("/repo/src/gen.rs")));
+    }
+}

@@ -1,0 +1,500 @@
+//! The lint run: walk, read and parse files in parallel, group them by crate, analyse, run the
+//! rules, apply configuration and suppressions, sort.
+//!
+//! A crate is processed on one worker thread from parsing to diagnostics, because `syn` spans only
+//! resolve to lines and columns on the thread that parsed them; crates run in parallel, largest first.
+//! Workers have large stacks, and the analysis bounds its own recursion, so deeply nested input
+//! becomes an error entry, never a stack overflow.
+
+use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::analysis::{
+    CrateAnalysis, CrateContext, CrateFile, FileId, Framework, Frameworks, SourceFile,
+    collect_facts,
+};
+use crate::config::{self, Config};
+use crate::diagnostic::{Diagnostic, FileError, Region, Severity};
+use crate::suppress;
+use crate::walk::{self, CrateFinder};
+use crate::{LintError, LintOptions, LintReport};
+
+/// Files larger than this are reported, not parsed: no hand-written training code is this big.
+pub(crate) const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Deepest bracket nesting parsed; deeper files are reported as errors.
+pub(crate) const MAX_BRACKET_DEPTH: usize = 1024;
+/// Stack size of the worker threads (parsing deep expressions recurses).
+const WORKER_STACK_BYTES: usize = 512 * 1024 * 1024;
+
+struct CrateJob {
+    root: PathBuf,
+    files: Vec<PathBuf>,
+    config: Arc<Config>,
+    bytes: u64,
+}
+
+#[derive(Default)]
+struct CrateOutput {
+    diagnostics: Vec<Diagnostic>,
+    errors: Vec<FileError>,
+}
+
+pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
+    for (flag, list) in [("--select", &options.select), ("--ignore", &options.ignore)] {
+        for code in list {
+            if config::check_code(code).is_err() {
+                return Err(LintError::UnknownCode {
+                    flag,
+                    code: code.clone(),
+                });
+            }
+        }
+    }
+    if options.jobs == Some(0) {
+        return Err(LintError::Threads("--jobs must be at least 1".to_string()));
+    }
+    let explicit = match &options.config_file {
+        Some(path) => Some(Arc::new(Config::from_file(path)?)),
+        None => None,
+    };
+    let paths = if options.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        options.paths.clone()
+    };
+    let walked = walk::walk(&paths);
+    let mut errors = walked.errors;
+
+    // Group files into crates, each with its configuration.
+    let mut finder = CrateFinder::new();
+    let mut configs: HashMap<PathBuf, Arc<Config>> = HashMap::new();
+    let mut crates: BTreeMap<PathBuf, CrateJob> = BTreeMap::new();
+    for file in walked.files {
+        let root = finder.crate_of(&file);
+        let config = match &explicit {
+            Some(config) => config.clone(),
+            None => {
+                let dir = if root.is_dir() {
+                    root.clone()
+                } else {
+                    root.parent().map(Path::to_path_buf).unwrap_or_default()
+                };
+                match configs.get(&dir) {
+                    Some(config) => config.clone(),
+                    None => {
+                        let config = match config::discover(&dir) {
+                            Some(path) => Arc::new(Config::from_file(&path)?),
+                            None => Arc::new(Config::default()),
+                        };
+                        configs.insert(dir, config.clone());
+                        config
+                    }
+                }
+            }
+        };
+        let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
+        if config.is_excluded(&absolute) {
+            continue;
+        }
+        let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        let job = crates.entry(root.clone()).or_insert_with(|| CrateJob {
+            root,
+            files: Vec::new(),
+            config,
+            bytes: 0,
+        });
+        job.bytes += bytes;
+        job.files.push(file);
+    }
+    let mut jobs: Vec<CrateJob> = crates.into_values().collect();
+    // Largest first, so one big crate does not start last.
+    jobs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.root.cmp(&b.root)));
+    let total: usize = jobs.iter().map(|j| j.files.len()).sum();
+    let done = AtomicUsize::new(0);
+
+    let mut builder = rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES);
+    if let Some(jobs) = options.jobs {
+        builder = builder.num_threads(jobs);
+    }
+    let pool = builder
+        .build()
+        .map_err(|e| LintError::Threads(format!("cannot start worker threads: {e}")))?;
+    // Longest job first onto whichever worker is free (a shared queue over the sorted jobs): the
+    // run ends close to max(largest crate, total / workers).
+    let next = AtomicUsize::new(0);
+    let outputs: Mutex<Vec<(usize, CrateOutput)>> = Mutex::new(Vec::with_capacity(jobs.len()));
+    let workers = pool.current_num_threads().min(jobs.len()).max(1);
+    pool.scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|_| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(index) else {
+                        break;
+                    };
+                    let output = lint_crate_guarded(job, options, &done, total);
+                    outputs
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .push((index, output));
+                }
+            });
+        }
+    });
+    let mut outputs = outputs
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    outputs.sort_by_key(|(index, _)| *index);
+
+    let mut diagnostics = Vec::new();
+    for (_, output) in outputs {
+        diagnostics.extend(output.diagnostics);
+        errors.extend(output.errors);
+    }
+    diagnostics.sort_by(|a, b| {
+        (&a.path, a.region.line, a.region.column, a.code, &a.message).cmp(&(
+            &b.path,
+            b.region.line,
+            b.region.column,
+            b.code,
+            &b.message,
+        ))
+    });
+    errors.sort_by(|a, b| (&a.path, a.line, &a.message).cmp(&(&b.path, b.line, &b.message)));
+    Ok(LintReport {
+        files_scanned: total,
+        diagnostics,
+        errors,
+    })
+}
+
+/// Lints one crate; an internal panic becomes an error entry for the crate's files instead of
+/// taking the run down.
+fn lint_crate_guarded(
+    job: &CrateJob,
+    options: &LintOptions,
+    done: &AtomicUsize,
+    total: usize,
+) -> CrateOutput {
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| lint_crate(job, options)));
+    // Parsed files are gone now: release this thread's span table so memory stays bounded.
+    proc_macro2::extra::invalidate_current_thread_spans();
+    let finished = done.fetch_add(job.files.len(), Ordering::Relaxed) + job.files.len();
+    if let Some(progress) = &options.progress {
+        progress(finished, total);
+    }
+    result.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".to_string());
+        CrateOutput {
+            diagnostics: Vec::new(),
+            errors: job
+                .files
+                .iter()
+                .map(|path| FileError {
+                    path: path.clone(),
+                    message: format!("internal error while linting this crate: {what}"),
+                    line: None,
+                })
+                .collect(),
+        }
+    })
+}
+
+fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
+    let mut output = CrateOutput::default();
+    // Each file's facts are collected right after it is parsed, while its tree is still in cache;
+    // the arena keeps the trees alive (and in place) for the rules.
+    let parsed: typed_arena::Arena<SourceFile> = typed_arena::Arena::new();
+    let mut files: Vec<CrateFile<'_>> = Vec::with_capacity(job.files.len());
+    for path in &job.files {
+        let file: &SourceFile = match read_and_parse(path) {
+            Ok(file) => parsed.alloc(file),
+            Err(err) => {
+                output.errors.push(err);
+                continue;
+            }
+        };
+        let facts = collect_facts(file);
+        if let Some(span) = facts.too_deep {
+            let line = span.start().line;
+            output.errors.push(FileError {
+                path: file.path.clone(),
+                message: format!(
+                    "nesting too deep (more than {} levels), not linted",
+                    crate::analysis::MAX_NESTING
+                ),
+                line: (line > 0).then_some(line),
+            });
+            continue;
+        }
+        files.push(CrateFile {
+            id: FileId(files.len()),
+            file,
+            facts,
+        });
+    }
+    let analysis = CrateAnalysis::build(&job.root, &files, &job.config.step_markers);
+    let mut crate_frameworks = package_frameworks(&job.root);
+    for file in &files {
+        crate_frameworks = crate_frameworks.union(file.facts.frameworks);
+    }
+    let cx = CrateContext {
+        root: &job.root,
+        files: &files,
+        config: &job.config,
+        analysis: &analysis,
+        crate_frameworks,
+    };
+    let config = &job.config;
+    let enabled = |code: &str| config.is_enabled(code, &options.select, &options.ignore);
+    let mut findings = Vec::new();
+    for rule in crate::rules() {
+        let meta = rule.meta();
+        if meta.code == "PK000" || !enabled(meta.code) {
+            continue;
+        }
+        let start = findings.len();
+        rule.check(&cx, &mut findings);
+        for finding in findings.drain(start..) {
+            let severity = if finding.lowered {
+                Severity::Note
+            } else {
+                config.severity_of(meta.code, meta.default_severity)
+            };
+            output.diagnostics.push(Diagnostic {
+                code: meta.code,
+                name: meta.name,
+                severity,
+                path: files[finding.file.0].file.path.clone(),
+                region: finding.region,
+                message: finding.message,
+                help: finding.help,
+                notes: finding.notes,
+                fix: finding.fix,
+            });
+        }
+    }
+    apply_suppressions(&files, &mut output.diagnostics, &enabled);
+    output
+}
+
+fn apply_suppressions(
+    files: &[CrateFile<'_>],
+    diagnostics: &mut Vec<Diagnostic>,
+    enabled: &dyn Fn(&str) -> bool,
+) {
+    let mut by_path: HashMap<&Path, Vec<suppress::Suppression>> = HashMap::new();
+    for file in files {
+        let found = suppress::parse(file.source());
+        if !found.is_empty() {
+            by_path.insert(file.path(), found);
+        }
+    }
+    if by_path.is_empty() {
+        return;
+    }
+    diagnostics.retain(|d| {
+        let Some(list) = by_path.get_mut(d.path.as_path()) else {
+            return true;
+        };
+        let mut suppressed = false;
+        for s in list.iter_mut() {
+            suppressed |= s.covers(d.code, d.region.line);
+        }
+        !suppressed
+    });
+    if !enabled("PK000") {
+        return;
+    }
+    let meta = crate::rules::pk000::UnusedSuppression::meta_static();
+    for (path, list) in by_path {
+        for s in list {
+            for (code, used) in s.codes.iter().zip(&s.used) {
+                if *used {
+                    continue;
+                }
+                let known = crate::rule_by_code(code).is_some();
+                // A disabled rule cannot use its suppressions; that is not a reason to report them.
+                if known && !enabled(code) {
+                    continue;
+                }
+                let (message, help) = if known {
+                    (
+                        format!("unused suppression of `{code}`"),
+                        format!("remove `{code}` from the comment: nothing here triggers it"),
+                    )
+                } else {
+                    (
+                        format!("suppression names unknown rule code `{code}`"),
+                        "fix the code or remove it; `perfkit rules` lists the codes".to_string(),
+                    )
+                };
+                diagnostics.push(Diagnostic {
+                    code: meta.code,
+                    name: meta.name,
+                    severity: Severity::Note,
+                    path: path.to_path_buf(),
+                    region: Region {
+                        line: s.line,
+                        column: s.column,
+                        end_line: s.line,
+                        end_column: s.end_column,
+                    },
+                    message,
+                    help,
+                    notes: Vec::new(),
+                    fix: None,
+                });
+            }
+        }
+    }
+}
+
+/// Frameworks named in the package's `Cargo.toml` dependencies.
+fn package_frameworks(root: &Path) -> Frameworks {
+    let mut found = Frameworks::NONE;
+    if !root.is_dir() {
+        return found;
+    }
+    let Ok(text) = std::fs::read_to_string(root.join("Cargo.toml")) else {
+        return found;
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return found;
+    };
+    let mut add_deps = |deps: Option<&toml::Value>| {
+        let Some(deps) = deps.and_then(|d| d.as_table()) else {
+            return;
+        };
+        for (name, spec) in deps {
+            let package = spec.get("package").and_then(|p| p.as_str()).unwrap_or(name);
+            if let Some(framework) = Framework::from_crate_name(package) {
+                found.insert(framework);
+            }
+        }
+    };
+    add_deps(table.get("dependencies"));
+    if let Some(targets) = table.get("target").and_then(|t| t.as_table()) {
+        for target in targets.values() {
+            add_deps(target.get("dependencies"));
+        }
+    }
+    found
+}
+
+/// Reads a file and parses it, or says why not.
+fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
+    let error = |message: String, line: Option<usize>| FileError {
+        path: path.to_path_buf(),
+        message,
+        line,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| error(walk::io_message(&e), None))?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(error(
+            format!(
+                "file too large ({} MiB; files over {} MiB are not linted)",
+                meta.len() / (1024 * 1024),
+                MAX_FILE_BYTES / (1024 * 1024)
+            ),
+            None,
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| error(walk::io_message(&e), None))?;
+    if bytes[..bytes.len().min(8192)].contains(&0) {
+        return Err(error(
+            "binary file (contains NUL bytes), not linted".into(),
+            None,
+        ));
+    }
+    let source = match String::from_utf8(bytes) {
+        Ok(source) => source,
+        Err(err) => {
+            let valid = err.utf8_error().valid_up_to();
+            let line = err.as_bytes()[..valid]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            return Err(error("invalid UTF-8".into(), Some(line)));
+        }
+    };
+    if let Some(line) = too_deep_line(&source) {
+        return Err(error(
+            format!(
+                "nesting too deep (more than {MAX_BRACKET_DEPTH} levels of brackets), not linted"
+            ),
+            Some(line),
+        ));
+    }
+    SourceFile::parse(path.to_path_buf(), source).map_err(|err| {
+        let line = err.span().start().line;
+        error(format!("syntax error: {err}"), (line > 0).then_some(line))
+    })
+}
+
+/// The line where bracket nesting first exceeds [`MAX_BRACKET_DEPTH`], if it does. Brackets in
+/// strings and comments count too: a conservative, linear pre-check before the recursive parser.
+///
+/// Runs over every byte of every file, so it works in 64-byte blocks: a block can raise the depth
+/// by at most 64, so while the depth is far below the limit only the block's net change is needed
+/// (a sum of byte comparisons the compiler vectorizes); near the limit it goes byte by byte.
+fn too_deep_line(source: &str) -> Option<usize> {
+    const BLOCK: usize = 64;
+    let bytes = source.as_bytes();
+    let limit = MAX_BRACKET_DEPTH as i64;
+    let mut depth: i64 = 0;
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = (start + BLOCK).min(bytes.len());
+        let block = &bytes[start..end];
+        if depth + (BLOCK as i64) <= limit {
+            // Counts in u8 lanes (at most 64 each): vectorized.
+            let (mut opens, mut closes) = (0u8, 0u8);
+            for &b in block {
+                opens += u8::from((b == b'(') | (b == b'[') | (b == b'{'));
+                closes += u8::from((b == b')') | (b == b']') | (b == b'}'));
+            }
+            depth = (depth + i64::from(opens) - i64::from(closes)).max(0);
+        } else {
+            for (offset, &b) in block.iter().enumerate() {
+                let open = i64::from((b == b'(') | (b == b'[') | (b == b'{'));
+                let close = i64::from((b == b')') | (b == b']') | (b == b'}'));
+                depth = (depth + open - close).max(0);
+                if depth > limit {
+                    let at = start + offset;
+                    return Some(memchr::memchr_iter(b'\n', &bytes[..at]).count() + 1);
+                }
+            }
+        }
+        start = end;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bracket_depth_precheck() {
+        let ok = format!(
+            "{}{}",
+            "(".repeat(MAX_BRACKET_DEPTH),
+            ")".repeat(MAX_BRACKET_DEPTH)
+        );
+        assert_eq!(too_deep_line(&ok), None);
+        let deep = format!("fn f() {{}}\n\n{}", "[".repeat(MAX_BRACKET_DEPTH + 1));
+        assert_eq!(too_deep_line(&deep), Some(3));
+        // Balanced text of any length never trips it.
+        let long = "fn f() { g(h[1], {2}) }\n".repeat(10_000);
+        assert_eq!(too_deep_line(&long), None);
+    }
+}

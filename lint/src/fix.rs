@@ -1,0 +1,412 @@
+//! Applying the machine-applicable fixes of a lint run to the files on disk.
+//!
+//! Per file, the fixes of its findings are taken in source order; a fix whose edits overlap an edit of a
+//! fix already taken is skipped (the next run picks it up once the first one is in). The edited text must
+//! still parse as Rust (`syn`) before anything is written, and it is written atomically: to a temporary
+//! file in the same directory, then renamed over the original, which keeps its permissions. A file whose
+//! fixed text would not parse is left as it was and reported.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::{Diagnostic, Edit, Fix};
+
+/// Why fixing one file failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FixError {
+    /// The file could not be read or written.
+    #[error("{path}: cannot apply fixes: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// An edit lies outside the file or splits a character: the file changed since it was linted.
+    #[error(
+        "{path}: the file changed since it was linted (an edit at byte {offset} no longer fits); run again"
+    )]
+    Stale {
+        /// The file.
+        path: PathBuf,
+        /// The byte offset that does not fit.
+        offset: usize,
+    },
+    /// The fixed text would not parse; the file was left as it was.
+    #[error("{path}: the fixed file would not parse ({message}); left unchanged")]
+    WouldNotParse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+impl FixError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            FixError::Io { path, .. }
+            | FixError::Stale { path, .. }
+            | FixError::WouldNotParse { path, .. } => path,
+        }
+    }
+}
+
+/// What [`apply_fixes`] did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct FixSummary {
+    /// Fixes written to disk.
+    pub applied: usize,
+    /// Fixes left out because they overlapped a fix applied in the same pass.
+    pub skipped: usize,
+    /// Files rewritten.
+    pub files_changed: Vec<PathBuf>,
+    /// Files that could not be fixed, with why.
+    pub errors: Vec<FixError>,
+}
+
+/// The outcome of applying the fixes of one file's text in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedText {
+    /// The text with the fixes applied.
+    pub text: String,
+    /// Fixes applied.
+    pub applied: usize,
+    /// Fixes skipped because they overlapped one applied before them.
+    pub skipped: usize,
+}
+
+/// Applies the fixes of `diagnostics` (those that carry one) to their files and writes the files that
+/// change. Findings without a fix are ignored.
+pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
+    let mut by_file: BTreeMap<&Path, Vec<&Fix>> = BTreeMap::new();
+    for diagnostic in diagnostics {
+        if let Some(fix) = &diagnostic.fix {
+            by_file
+                .entry(diagnostic.path.as_path())
+                .or_default()
+                .push(fix);
+        }
+    }
+    let mut summary = FixSummary::default();
+    for (path, fixes) in by_file {
+        match fix_file(path, &fixes) {
+            Ok(Some(fixed)) => {
+                summary.applied += fixed.applied;
+                summary.skipped += fixed.skipped;
+                summary.files_changed.push(path.to_path_buf());
+            }
+            Ok(None) => {}
+            Err(error) => summary.errors.push(error),
+        }
+    }
+    summary
+}
+
+/// Fixes one file on disk; `Ok(None)` when nothing changed.
+fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> {
+    let io_error = |source| FixError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let original = std::fs::read_to_string(path).map_err(io_error)?;
+    let fixed = apply_to_text(&original, fixes).map_err(|offset| FixError::Stale {
+        path: path.to_path_buf(),
+        offset,
+    })?;
+    if fixed.applied == 0 || fixed.text == original {
+        return Ok(None);
+    }
+    if let Err(error) = syn::parse_file(&fixed.text) {
+        let start = error.span().start();
+        return Err(FixError::WouldNotParse {
+            path: path.to_path_buf(),
+            message: format!("line {}: {error}", start.line),
+        });
+    }
+    write_atomically(path, fixed.text.as_bytes()).map_err(io_error)?;
+    Ok(Some(fixed))
+}
+
+/// Applies `fixes` to `text`: fixes in order of their first edit, each one whole or not at all, skipping a
+/// fix that overlaps one taken before it and any exact duplicate of one taken. `Err(offset)` when an edit
+/// does not fit the text (past its end, reversed, or inside a character).
+pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
+    let mut ordered: Vec<&Fix> = fixes
+        .iter()
+        .copied()
+        .filter(|fix| !fix.edits.is_empty())
+        .collect();
+    ordered.sort_by_key(|fix| fix.edits.iter().map(|edit| (edit.start, edit.end)).min());
+    let mut taken: Vec<&Edit> = Vec::new();
+    let mut taken_fixes: Vec<&Fix> = Vec::new();
+    let mut seen: Vec<&Fix> = Vec::new();
+    let mut skipped = 0;
+    for fix in ordered {
+        for edit in &fix.edits {
+            if edit.start > edit.end || edit.end > text.len() {
+                return Err(if edit.end > text.len() {
+                    edit.end
+                } else {
+                    edit.start
+                });
+            }
+            if !text.is_char_boundary(edit.start) || !text.is_char_boundary(edit.end) {
+                return Err(edit.start);
+            }
+        }
+        // Two findings can carry the same fix (one chain, two rules): it counts once.
+        if seen.iter().any(|other| other.edits == fix.edits) {
+            continue;
+        }
+        seen.push(fix);
+        let overlaps_own = fix
+            .edits
+            .iter()
+            .enumerate()
+            .any(|(i, a)| fix.edits.iter().skip(i + 1).any(|b| overlap(a, b)));
+        let overlaps_taken = fix
+            .edits
+            .iter()
+            .any(|a| taken.iter().any(|b| overlap(a, b)));
+        if overlaps_own || overlaps_taken {
+            skipped += 1;
+            continue;
+        }
+        taken.extend(fix.edits.iter());
+        taken_fixes.push(fix);
+    }
+    taken.sort_by_key(|edit| (edit.start, edit.end));
+    let mut out = String::with_capacity(text.len());
+    let mut cursor = 0;
+    for edit in &taken {
+        out.push_str(&text[cursor..edit.start]);
+        out.push_str(&edit.replacement);
+        cursor = edit.end;
+    }
+    out.push_str(&text[cursor..]);
+    Ok(FixedText {
+        text: out,
+        applied: taken_fixes.len(),
+        skipped,
+    })
+}
+
+/// Two edits conflict when their ranges share a byte, or when both insert at the same point (their
+/// order would be a guess).
+fn overlap(a: &Edit, b: &Edit) -> bool {
+    if a.start == a.end && b.start == b.end {
+        return a.start == b.start;
+    }
+    // Also true for an insertion strictly inside the other edit's range.
+    a.start < b.end && b.start < a.end
+}
+
+/// Writes `contents` to `path` through a temporary file in the same directory and a rename, so that a
+/// reader sees the old file or the new one, never half of it. A symbolic link is followed (the file it
+/// points to is rewritten, the link stays). The file keeps its permissions.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let target = std::fs::canonicalize(path)?;
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let permissions = std::fs::metadata(&target)?.permissions();
+    let mut temp = tempfile::Builder::new()
+        .prefix(".perfkit-fix")
+        .tempfile_in(dir)?;
+    temp.write_all(contents)?;
+    temp.as_file().sync_all()?;
+    temp.as_file().set_permissions(permissions)?;
+    temp.persist(&target).map_err(|error| error.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fix(edits: &[(usize, usize, &str)]) -> Fix {
+        Fix {
+            title: "test fix".into(),
+            edits: edits
+                .iter()
+                .map(|&(start, end, replacement)| Edit {
+                    start,
+                    end,
+                    replacement: replacement.into(),
+                })
+                .collect(),
+        }
+    }
+
+    const SOURCE: &str = "fn f() { let t = Tensor::zeros(2, &Device::Cpu)?.to_device(&dev)?; }\n";
+
+    fn chained_fix() -> Fix {
+        let cpu = SOURCE.find("&Device::Cpu").unwrap();
+        let copy = SOURCE.find(".to_device(&dev)?").unwrap();
+        fix(&[
+            (cpu, cpu + "&Device::Cpu".len(), "&dev"),
+            (copy, copy + ".to_device(&dev)?".len(), ""),
+        ])
+    }
+
+    #[test]
+    fn applies_every_edit_of_a_fix() {
+        let fixed = apply_to_text(SOURCE, &[&chained_fix()]).unwrap();
+        assert_eq!(fixed.text, "fn f() { let t = Tensor::zeros(2, &dev)?; }\n");
+        assert_eq!((fixed.applied, fixed.skipped), (1, 0));
+    }
+
+    #[test]
+    fn overlapping_fixes_are_skipped_whole_and_duplicates_applied_once() {
+        let first = chained_fix();
+        let cpu = SOURCE.find("Device::Cpu").unwrap();
+        let conflicting = fix(&[(cpu, cpu + 6, "Gpu"), (0, 2, "pub fn")]);
+        let fixed = apply_to_text(SOURCE, &[&conflicting, &first, &first.clone()]).unwrap();
+        // `conflicting` starts first, so it is taken and `first` (overlapping it) is skipped.
+        assert_eq!(fixed.applied, 1);
+        assert_eq!(fixed.skipped, 1);
+        assert!(fixed.text.starts_with("pub fn f()"), "{}", fixed.text);
+        assert!(fixed.text.contains("&Gpu::Cpu"), "{}", fixed.text);
+    }
+
+    #[test]
+    fn insertions_at_one_point_conflict_but_adjacent_edits_do_not() {
+        let a = Edit {
+            start: 3,
+            end: 3,
+            replacement: "a".into(),
+        };
+        let b = Edit {
+            start: 3,
+            end: 3,
+            replacement: "b".into(),
+        };
+        let c = Edit {
+            start: 3,
+            end: 5,
+            replacement: "c".into(),
+        };
+        let d = Edit {
+            start: 0,
+            end: 3,
+            replacement: "d".into(),
+        };
+        assert!(overlap(&a, &b));
+        assert!(!overlap(&c, &d));
+        assert!(!overlap(&a, &c));
+        assert!(overlap(
+            &Edit {
+                start: 4,
+                end: 4,
+                replacement: String::new()
+            },
+            &c
+        ));
+    }
+
+    #[test]
+    fn edits_that_do_not_fit_are_reported() {
+        assert!(apply_to_text("fn f() {}", &[&fix(&[(5, 50, "")])]).is_err());
+        assert!(apply_to_text("é", &[&fix(&[(1, 2, "")])]).is_err());
+        assert!(apply_to_text("fn f() {}", &[&fix(&[(5, 2, "")])]).is_err());
+    }
+
+    fn diagnostic_with_fix(path: &Path, fix: Fix) -> Diagnostic {
+        Diagnostic {
+            code: "PK201",
+            name: "cpu-tensor-then-copy",
+            severity: crate::Severity::Warning,
+            path: path.to_path_buf(),
+            region: crate::Region {
+                line: 1,
+                column: 1,
+                end_line: 1,
+                end_column: 2,
+            },
+            message: "tensor built on the CPU, then copied".into(),
+            help: "create it on the device".into(),
+            notes: Vec::new(),
+            fix: Some(fix),
+        }
+    }
+
+    #[test]
+    fn writes_the_fixed_file_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.rs");
+        std::fs::write(&path, SOURCE).unwrap();
+        let summary = apply_fixes(&[diagnostic_with_fix(&path, chained_fix())]);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(summary.applied, 1);
+        assert_eq!(summary.files_changed, vec![path.clone()]);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "fn f() { let t = Tensor::zeros(2, &dev)?; }\n"
+        );
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_fix_that_breaks_the_syntax_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.rs");
+        std::fs::write(&path, SOURCE).unwrap();
+        let breaking = fix(&[(SOURCE.len() - 2, SOURCE.len() - 1, "")]);
+        let summary = apply_fixes(&[diagnostic_with_fix(&path, breaking)]);
+        assert_eq!(summary.applied, 0);
+        assert!(
+            matches!(summary.errors.as_slice(), [FixError::WouldNotParse { .. }]),
+            "{:?}",
+            summary.errors
+        );
+        assert!(summary.errors[0].to_string().contains("train.rs"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), SOURCE);
+    }
+
+    #[test]
+    fn a_missing_file_is_an_error_naming_it() {
+        let summary = apply_fixes(&[diagnostic_with_fix(
+            Path::new("no/such/file.rs"),
+            chained_fix(),
+        )]);
+        assert_eq!(summary.errors.len(), 1);
+        assert!(
+            summary.errors[0]
+                .to_string()
+                .starts_with("no/such/file.rs: cannot apply fixes")
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn permissions_and_symlinks_survive() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.rs");
+        std::fs::write(&real, SOURCE).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = dir.path().join("link.rs");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let summary = apply_fixes(&[diagnostic_with_fix(&link, chained_fix())]);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            std::fs::read_to_string(&real)
+                .unwrap()
+                .contains("Tensor::zeros(2, &dev)?;")
+        );
+        assert_eq!(
+            std::fs::metadata(&real).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+    }
+}

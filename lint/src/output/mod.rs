@@ -1,0 +1,313 @@
+//! Renderers of a [`LintReport`]: plain functions over [`std::io::Write`], one module per format.
+//!
+//! - [`text`]: rustc-style diagnostics with the source line and carets, for people.
+//! - [`json`]: the stable, versioned schema that CI and tools parse.
+//! - [`sarif`]: SARIF 2.1.0 for code-scanning services.
+//! - [`github`]: GitHub Actions workflow commands (annotations on the pull request).
+//!
+//! Paths are shown relative to the current directory with forward slashes, lines and columns 1-based.
+
+use std::io::{self, Write};
+use std::path::{Component, Path, PathBuf};
+
+use crate::LintReport;
+use crate::rules::RuleMeta;
+
+pub mod github;
+pub mod json;
+pub mod sarif;
+pub mod text;
+
+/// An output format of `perfkit lint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Format {
+    /// rustc-style diagnostics ([`text`]).
+    #[default]
+    Text,
+    /// JSON, schema version 1 ([`json`]).
+    Json,
+    /// SARIF 2.1.0 ([`sarif`]).
+    Sarif,
+    /// GitHub Actions workflow commands ([`github`]).
+    Github,
+}
+
+impl Format {
+    /// Every format, in the order the command line lists them.
+    pub const ALL: [Format; 4] = [Format::Text, Format::Json, Format::Sarif, Format::Github];
+
+    /// The name used on the command line (`text`, `json`, `sarif`, `github`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Sarif => "sarif",
+            Format::Github => "github",
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Format::ALL
+            .into_iter()
+            .find(|format| format.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                format!("unknown output format `{s}` (expected text, json, sarif or github)")
+            })
+    }
+}
+
+/// Options shared by the renderers.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RenderOptions {
+    /// Emit ANSI colours (text format only). Default: `false`; the caller decides from the terminal and
+    /// `NO_COLOR`.
+    pub color: bool,
+}
+
+impl RenderOptions {
+    /// Sets [`RenderOptions::color`].
+    pub fn color(mut self, color: bool) -> Self {
+        self.color = color;
+        self
+    }
+}
+
+/// Renders `report` in `format` to `out`. `rules` is the rule catalog (names, summaries and docs), used by
+/// the formats that describe rules (text points at `perfkit rule CODE`, SARIF embeds the rule docs).
+pub fn render(
+    format: Format,
+    out: &mut impl Write,
+    report: &LintReport,
+    rules: &[&RuleMeta],
+    options: &RenderOptions,
+) -> io::Result<()> {
+    match format {
+        Format::Text => text::render(out, report, options),
+        Format::Json => json::render(out, report),
+        Format::Sarif => sarif::render(out, report, rules),
+        Format::Github => github::render(out, report),
+    }
+}
+
+/// `path` as shown to the user: relative to the current directory where it can be (an absolute path under
+/// the current directory, or a relative one, with `./` and `a/../` removed), with forward slashes.
+pub fn display_path(path: &Path) -> String {
+    let shown = relative_to_current_dir(path);
+    let text = shown.to_string_lossy();
+    if std::path::MAIN_SEPARATOR == '/' {
+        text.into_owned()
+    } else {
+        text.replace(std::path::MAIN_SEPARATOR, "/")
+    }
+}
+
+fn relative_to_current_dir(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        if let Ok(cwd) = std::env::current_dir()
+            && let Some(relative) = relative_path(&normalize(path), &normalize(&cwd))
+        {
+            return relative;
+        }
+        return normalize(path);
+    }
+    let normalized = normalize(path);
+    if normalized.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        normalized
+    }
+}
+
+/// Removes `.` components and folds `name/..` pairs lexically (no file system access, so symlinks are
+/// not resolved; a leading `..` stays).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(component),
+            },
+            other => out.push(other),
+        }
+    }
+    out.iter().collect()
+}
+
+/// `path` relative to `base` (both absolute and normalized), with `..` steps where `path` is not under
+/// `base`. `None` when they have different roots (Windows drives).
+fn relative_path(path: &Path, base: &Path) -> Option<PathBuf> {
+    let mut path_components = path.components().peekable();
+    let mut base_components = base.components().peekable();
+    match (path_components.peek(), base_components.peek()) {
+        (Some(a), Some(b)) if a != b => return None,
+        _ => {}
+    }
+    while let (Some(a), Some(b)) = (path_components.peek(), base_components.peek()) {
+        if a != b {
+            break;
+        }
+        path_components.next();
+        base_components.next();
+    }
+    let mut relative = PathBuf::new();
+    for _ in base_components {
+        relative.push("..");
+    }
+    for component in path_components {
+        relative.push(component.as_os_str());
+    }
+    if relative.as_os_str().is_empty() {
+        relative.push(".");
+    }
+    Some(relative)
+}
+
+/// Counts of a report's findings by severity, for summaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Findings of severity error.
+    pub errors: usize,
+    /// Findings of severity warning.
+    pub warnings: usize,
+    /// Findings of severity note.
+    pub notes: usize,
+    /// Findings that carry a machine-applicable fix.
+    pub fixable: usize,
+}
+
+impl Counts {
+    /// Counts the findings of `report`.
+    pub fn of(report: &LintReport) -> Counts {
+        let mut counts = Counts::default();
+        for diagnostic in &report.diagnostics {
+            match diagnostic.severity {
+                crate::Severity::Error => counts.errors += 1,
+                crate::Severity::Warning => counts.warnings += 1,
+                crate::Severity::Note => counts.notes += 1,
+            }
+            if diagnostic.fix.is_some() {
+                counts.fixable += 1;
+            }
+        }
+        counts
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Hand-built reports for the renderer tests.
+
+    use std::path::PathBuf;
+
+    use crate::{Diagnostic, Edit, FileError, Fix, LintReport, Region, Severity};
+
+    pub(crate) fn diagnostic(
+        path: &str,
+        line: usize,
+        column: usize,
+        end_column: usize,
+    ) -> Diagnostic {
+        Diagnostic {
+            code: "PK101",
+            name: "host-readback-in-step-loop",
+            severity: Severity::Warning,
+            path: PathBuf::from(path),
+            region: Region {
+                line,
+                column,
+                end_line: line,
+                end_column,
+            },
+            message: "`to_scalar` reads a value back to the host on every step".to_string(),
+            help: "keep the running loss on the device and read it once per epoch".to_string(),
+            notes: vec!["the step loop starts at line 3".to_string()],
+            fix: None,
+        }
+    }
+
+    pub(crate) fn report(
+        diagnostics: Vec<Diagnostic>,
+        errors: Vec<FileError>,
+        files_scanned: usize,
+    ) -> LintReport {
+        LintReport {
+            files_scanned,
+            diagnostics,
+            errors,
+        }
+    }
+
+    pub(crate) fn fix(start: usize, end: usize, replacement: &str) -> Fix {
+        Fix {
+            title: "create the tensor on the target device".to_string(),
+            edits: vec![Edit {
+                start,
+                end,
+                replacement: replacement.to_string(),
+            }],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_round_trip_through_their_names() {
+        for format in Format::ALL {
+            assert_eq!(format.as_str().parse::<Format>(), Ok(format));
+        }
+        assert!("xml".parse::<Format>().unwrap_err().contains("`xml`"));
+    }
+
+    #[test]
+    fn relative_paths_are_normalized() {
+        assert_eq!(
+            display_path(Path::new("./src/../src/main.rs")),
+            "src/main.rs"
+        );
+        assert_eq!(
+            display_path(Path::new("../other/lib.rs")),
+            "../other/lib.rs"
+        );
+        assert_eq!(display_path(Path::new("./")), ".");
+    }
+
+    #[test]
+    fn absolute_paths_become_relative_to_the_current_dir() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(display_path(&cwd.join("src").join("lib.rs")), "src/lib.rs");
+        let parent = cwd.parent().unwrap().join("elsewhere.rs");
+        assert_eq!(display_path(&parent), "../elsewhere.rs");
+    }
+
+    #[test]
+    fn relative_path_walks_up_and_down() {
+        assert_eq!(
+            relative_path(Path::new("/a/b/c.rs"), Path::new("/a/x/y")),
+            Some(PathBuf::from("../../b/c.rs"))
+        );
+        assert_eq!(
+            relative_path(Path::new("/a"), Path::new("/a")),
+            Some(PathBuf::from("."))
+        );
+    }
+}

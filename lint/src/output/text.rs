@@ -1,0 +1,544 @@
+//! rustc-style diagnostics for people: the finding, the source line with carets under the offending
+//! span, the notes, the help, the suggested fix and a pointer to the rule's documentation, then a closing
+//! line that counts the findings.
+//!
+//! ```text
+//! warning[PK101]: `to_scalar` reads a value back to the host on every step
+//!   --> src/train.rs:42:29
+//!    |
+//! 42 |         let loss_value = loss.to_scalar::<f32>()?;
+//!    |                               ^^^^^^^^^^^^^^^^^^
+//!    |
+//!    = help: keep the running loss on the device and read it once per epoch
+//!    = note: rule host-readback-in-step-loop; see `perfkit rule PK101`
+//! ```
+//!
+//! The source is read from the finding's path when the report is rendered; a file that cannot be read
+//! any more is shown by its location alone.
+
+use std::io::{self, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use annotate_snippets::{AnnotationKind, Element, Group, Level, Origin, Patch, Renderer, Snippet};
+use anstyle::{AnsiColor, Effects, Style};
+
+use super::{Counts, RenderOptions, display_path};
+use crate::{Diagnostic, FileError, Fix, LintReport, Severity};
+
+const ERROR_STYLE: Style = AnsiColor::BrightRed.on_default().effects(Effects::BOLD);
+const BOLD: Style = Style::new().effects(Effects::BOLD);
+
+/// Writes every finding, every file error and the closing summary line of `report` to `out`.
+pub fn render(
+    out: &mut impl Write,
+    report: &LintReport,
+    options: &RenderOptions,
+) -> io::Result<()> {
+    let renderer = if options.color {
+        Renderer::styled()
+    } else {
+        Renderer::plain()
+    };
+    let mut sources = SourceCache::default();
+    for diagnostic in &report.diagnostics {
+        let source = sources.get(&diagnostic.path);
+        let rendered = render_diagnostic(&renderer, diagnostic, source);
+        writeln!(out, "{rendered}")?;
+        writeln!(out)?;
+    }
+    for error in &report.errors {
+        write_file_error(out, error, options.color)?;
+    }
+    if !report.errors.is_empty() {
+        writeln!(out)?;
+    }
+    write_summary(out, report, options.color)
+}
+
+/// Renders one finding (without a trailing newline).
+pub fn render_diagnostic(
+    renderer: &Renderer,
+    diagnostic: &Diagnostic,
+    source: Option<&SourceText>,
+) -> String {
+    let path = display_path(&diagnostic.path);
+    let level = level_of(diagnostic.severity);
+    let region = diagnostic.region;
+    let title = level
+        .primary_title(diagnostic.message.as_str())
+        .id(diagnostic.code);
+    let mut elements: Vec<Element<'_>> = Vec::with_capacity(diagnostic.notes.len() + 3);
+    match source.and_then(|source| {
+        source
+            .excerpt(region.line, region.end_line)
+            .map(|excerpt| (source, excerpt))
+    }) {
+        Some((source, excerpt)) => {
+            let span = source.span_in_excerpt(
+                &excerpt,
+                region.line,
+                region.column,
+                region.end_line,
+                region.end_column,
+            );
+            elements.push(
+                Snippet::source(&source.text[excerpt.bytes.clone()])
+                    .line_start(excerpt.first_line)
+                    .path(path.clone())
+                    .annotation(AnnotationKind::Primary.span(span))
+                    .into(),
+            );
+        }
+        None => {
+            elements.push(
+                Origin::path(path.clone())
+                    .line(region.line)
+                    .char_column(region.column)
+                    .into(),
+            );
+        }
+    }
+    for note in &diagnostic.notes {
+        elements.push(Level::NOTE.message(note.as_str()).into());
+    }
+    if !diagnostic.help.is_empty() {
+        elements.push(Level::HELP.message(diagnostic.help.as_str()).into());
+    }
+    let pointer = format!(
+        "rule {}; see `perfkit rule {}`",
+        diagnostic.name, diagnostic.code
+    );
+    elements.push(Level::NOTE.message(pointer).into());
+    let group = title.elements(elements);
+
+    let mut groups: Vec<Group<'_>> = vec![group];
+    if let (Some(fix), Some(source)) = (&diagnostic.fix, source)
+        && let Some(suggestion) = fix_group(fix, source, &path)
+    {
+        groups.push(suggestion);
+    }
+    renderer.render(&groups)
+}
+
+/// The suggested fix as a rustc-style `help:` with the changed lines, when the edits fit the file.
+fn fix_group<'a>(fix: &'a Fix, source: &'a SourceText, path: &str) -> Option<Group<'a>> {
+    let start = fix.edits.iter().map(|edit| edit.start).min()?;
+    let end = fix.edits.iter().map(|edit| edit.end).max()?;
+    if end > source.text.len() || fix.edits.iter().any(|edit| edit.start > edit.end) {
+        return None;
+    }
+    let first_line = source.line_of(start);
+    let last_line = source.line_of(end);
+    let excerpt = source.excerpt(first_line, last_line)?;
+    let base = excerpt.bytes.start;
+    let mut patches = Vec::with_capacity(fix.edits.len());
+    for edit in &fix.edits {
+        let range = (edit.start - base)..(edit.end - base);
+        let text = &source.text[excerpt.bytes.clone()];
+        // Edits must fall on character boundaries of the excerpt; anything else is not shown.
+        if range.end > text.len()
+            || !text.is_char_boundary(range.start)
+            || !text.is_char_boundary(range.end)
+        {
+            return None;
+        }
+        patches.push(Patch::new(range, edit.replacement.as_str()));
+    }
+    Some(
+        Level::HELP.secondary_title(fix.title.as_str()).element(
+            Snippet::source(&source.text[excerpt.bytes])
+                .line_start(excerpt.first_line)
+                .path(path.to_string())
+                .patches(patches),
+        ),
+    )
+}
+
+fn level_of(severity: Severity) -> Level<'static> {
+    match severity {
+        Severity::Error => Level::ERROR,
+        Severity::Warning => Level::WARNING,
+        Severity::Note => Level::NOTE,
+    }
+}
+
+/// `error: path:line: message` for a file that could not be linted.
+fn write_file_error(out: &mut impl Write, error: &FileError, color: bool) -> io::Result<()> {
+    let path = display_path(&error.path);
+    let location = match error.line {
+        Some(line) => format!("{path}:{line}"),
+        None => path,
+    };
+    if color {
+        writeln!(
+            out,
+            "{ERROR_STYLE}error{ERROR_STYLE:#}{BOLD}: {location}: {}{BOLD:#}",
+            error.message
+        )
+    } else {
+        writeln!(out, "error: {location}: {}", error.message)
+    }
+}
+
+/// The closing line, e.g. `12 files scanned: 3 warnings, 1 note (2 fixable with --fix)`.
+fn write_summary(out: &mut impl Write, report: &LintReport, color: bool) -> io::Result<()> {
+    writeln!(out, "{}", summary_line(report, color))
+}
+
+/// The closing summary line of a report (without a newline).
+pub fn summary_line(report: &LintReport, color: bool) -> String {
+    let counts = Counts::of(report);
+    let mut parts = Vec::new();
+    for (count, word) in [
+        (counts.errors, "error"),
+        (counts.warnings, "warning"),
+        (counts.notes, "note"),
+    ] {
+        if count > 0 {
+            parts.push(plural(count, word));
+        }
+    }
+    let mut line = format!("{} scanned: ", plural(report.files_scanned, "file"));
+    if parts.is_empty() {
+        line.push_str("no findings");
+    } else {
+        line.push_str(&parts.join(", "));
+    }
+    if counts.fixable > 0 {
+        line.push_str(&format!(" ({} fixable with --fix)", counts.fixable));
+    }
+    if !report.errors.is_empty() {
+        let failed = plural(report.errors.len(), "file");
+        line.push_str(&format!("; {failed} could not be linted"));
+    }
+    if color {
+        format!("{BOLD}{line}{BOLD:#}")
+    } else {
+        line
+    }
+}
+
+fn plural(count: usize, word: &str) -> String {
+    if count == 1 {
+        format!("{count} {word}")
+    } else {
+        format!("{count} {word}s")
+    }
+}
+
+/// The text of one source file with the byte offset of each line, for cutting excerpts.
+#[derive(Debug)]
+pub struct SourceText {
+    text: String,
+    line_starts: Vec<usize>,
+}
+
+/// A run of whole lines of a [`SourceText`].
+#[derive(Debug, Clone)]
+struct Excerpt {
+    first_line: usize,
+    bytes: Range<usize>,
+}
+
+impl SourceText {
+    /// Indexes `text` by line.
+    pub fn new(text: String) -> SourceText {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(at, _)| at + 1));
+        SourceText { text, line_starts }
+    }
+
+    /// Lines `first..=last` (1-based) without the final line break; `None` when `first` is not a line of
+    /// the file.
+    fn excerpt(&self, first: usize, last: usize) -> Option<Excerpt> {
+        let start = *self.line_starts.get(first.checked_sub(1)?)?;
+        let last = last.max(first).min(self.line_starts.len());
+        let mut end = self
+            .line_starts
+            .get(last)
+            .map_or(self.text.len(), |next| next - 1);
+        if end > start && self.text.as_bytes()[end - 1] == b'\r' {
+            end -= 1;
+        }
+        Some(Excerpt {
+            first_line: first,
+            bytes: start..end.max(start),
+        })
+    }
+
+    /// The 1-based line that holds byte `offset`.
+    fn line_of(&self, offset: usize) -> usize {
+        self.line_starts
+            .partition_point(|&start| start <= offset)
+            .max(1)
+    }
+
+    /// Byte range, inside `excerpt`, of the region from (`line`, `column`) to (`end_line`, `end_column`)
+    /// (1-based, columns in characters, end exclusive). Never empty where the excerpt has text, so that a
+    /// caret is always drawn.
+    fn span_in_excerpt(
+        &self,
+        excerpt: &Excerpt,
+        line: usize,
+        column: usize,
+        end_line: usize,
+        end_column: usize,
+    ) -> Range<usize> {
+        let text = &self.text[excerpt.bytes.clone()];
+        let start = self.offset_in_excerpt(excerpt, line, column);
+        let end = if (end_line, end_column) > (line, column) {
+            self.offset_in_excerpt(excerpt, end_line, end_column)
+        } else {
+            start
+        };
+        let end = if end > start {
+            end
+        } else {
+            text[start..]
+                .chars()
+                .next()
+                .map_or(start, |c| start + c.len_utf8())
+        };
+        start..end
+    }
+
+    fn offset_in_excerpt(&self, excerpt: &Excerpt, line: usize, column: usize) -> usize {
+        let text = &self.text[excerpt.bytes.clone()];
+        let Some(line_start) = line
+            .checked_sub(1)
+            .and_then(|index| self.line_starts.get(index))
+        else {
+            return text.len();
+        };
+        let relative = line_start
+            .saturating_sub(excerpt.bytes.start)
+            .min(text.len());
+        let rest = &text[relative..];
+        let line_text = rest.split('\n').next().unwrap_or("");
+        let within = line_text
+            .char_indices()
+            .nth(column.saturating_sub(1))
+            .map_or(line_text.len(), |(at, _)| at);
+        relative + within
+    }
+}
+
+/// Reads each finding's file once: findings come sorted by path, so only the last file is kept.
+#[derive(Debug, Default)]
+struct SourceCache {
+    path: Option<PathBuf>,
+    source: Option<SourceText>,
+}
+
+impl SourceCache {
+    fn get(&mut self, path: &Path) -> Option<&SourceText> {
+        if self.path.as_deref() != Some(path) {
+            self.path = Some(path.to_path_buf());
+            self.source = std::fs::read(path)
+                .ok()
+                .map(|bytes| SourceText::new(String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        self.source.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::test_support::{diagnostic, fix, report};
+
+    fn render_plain(diagnostic: &Diagnostic, source: &str) -> String {
+        let source = SourceText::new(source.to_string());
+        render_diagnostic(&Renderer::plain(), diagnostic, Some(&source))
+    }
+
+    const TRAIN: &str = "fn train() {\n    for batch in batches {\n        let loss = model.forward(&batch)?;\n        total += loss.to_scalar::<f32>()?;\n        opt.backward_step(&loss)?;\n    }\n}\n";
+
+    #[test]
+    fn shows_the_source_line_with_carets_under_the_span() {
+        let d = diagnostic("src/train.rs", 4, 23, 41);
+        let text = render_plain(&d, TRAIN);
+        let expected = "\
+warning[PK101]: `to_scalar` reads a value back to the host on every step
+ --> src/train.rs:4:23
+  |
+4 |         total += loss.to_scalar::<f32>()?;
+  |                       ^^^^^^^^^^^^^^^^^^
+  |
+  = note: the step loop starts at line 3
+  = help: keep the running loss on the device and read it once per epoch
+  = note: rule host-readback-in-step-loop; see `perfkit rule PK101`";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn tabs_and_wide_characters_keep_the_carets_aligned() {
+        let source = "fn f() {\n\tlet 名前 = t.to_scalar::<f32>()?;\n}\n";
+        // `t.to_scalar::<f32>()` starts at character 11 (the tab counts as one character).
+        let d = diagnostic("src/wide.rs", 2, 11, 31);
+        let text = render_plain(&d, source);
+        let lines: Vec<&str> = text.lines().collect();
+        let code = lines.iter().find(|line| line.starts_with("2 |")).unwrap();
+        let carets = lines.iter().find(|line| line.contains('^')).unwrap();
+        // The tab is shown as spaces and the two wide characters take two columns each.
+        assert_eq!(*code, "2 |     let 名前 = t.to_scalar::<f32>()?;");
+        let caret_column = carets.find('^').unwrap();
+        let span_column = unicode_display_width(&code[..code.find("t.to_scalar").unwrap()]);
+        assert_eq!(caret_column, span_column);
+        assert_eq!(carets.matches('^').count(), "t.to_scalar::<f32>()".len());
+    }
+
+    fn unicode_display_width(text: &str) -> usize {
+        text.chars()
+            .map(|c| if c > '\u{2E80}' { 2 } else { 1 })
+            .sum()
+    }
+
+    #[test]
+    fn multi_line_spans_are_drawn_across_their_lines() {
+        let source = "fn f() {\n    let v = loss\n        .to_scalar::<f32>()?;\n}\n";
+        let mut d = diagnostic("src/multi.rs", 2, 13, 24);
+        d.region.end_line = 3;
+        let text = render_plain(&d, source);
+        assert!(text.contains("2 |       let v = loss"), "{text}");
+        assert!(
+            text.contains("3 | |         .to_scalar::<f32>()?;"),
+            "{text}"
+        );
+        assert!(text.contains("|_______________________^"), "{text}");
+    }
+
+    #[test]
+    fn a_fix_is_shown_as_a_suggestion() {
+        let source =
+            "let t = Tensor::zeros((2, 2), DType::F32, &Device::Cpu)?.to_device(&device)?;\n";
+        let mut d = diagnostic("src/fix.rs", 1, 9, 77);
+        let cpu = source.find("&Device::Cpu").unwrap();
+        let copy = source.find(".to_device(&device)").unwrap();
+        d.fix = Some(crate::Fix {
+            title: "create the tensor on the target device".to_string(),
+            edits: vec![
+                crate::Edit {
+                    start: cpu,
+                    end: cpu + "&Device::Cpu".len(),
+                    replacement: "&device".to_string(),
+                },
+                crate::Edit {
+                    start: copy,
+                    end: copy + ".to_device(&device)?".len(),
+                    replacement: String::new(),
+                },
+            ],
+        });
+        let text = render_plain(&d, source);
+        assert!(
+            text.contains("help: create the tensor on the target device"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Tensor::zeros((2, 2), DType::F32, &device)?;"),
+            "{text}"
+        );
+        let _ = fix(0, 0, "");
+    }
+
+    #[test]
+    fn windows_line_endings_do_not_leak_into_the_snippet() {
+        let source = TRAIN.replace('\n', "\r\n");
+        let d = diagnostic("src/train.rs", 4, 23, 41);
+        let text = render_plain(&d, &source);
+        assert!(!text.contains('\r'), "{text:?}");
+        assert!(
+            text.contains("4 |         total += loss.to_scalar::<f32>()?;\n"),
+            "{text}"
+        );
+        let mut multi = diagnostic("src/train.rs", 3, 9, 41);
+        multi.region.end_line = 4;
+        let text = render_plain(&multi, &source);
+        assert!(!text.contains('\r'), "{text:?}");
+    }
+
+    #[test]
+    fn an_unreadable_file_is_shown_by_its_location() {
+        let d = diagnostic("does/not/exist.rs", 7, 3, 9);
+        let text = render_diagnostic(&Renderer::plain(), &d, None);
+        assert!(
+            text.starts_with("warning[PK101]: `to_scalar` reads"),
+            "{text}"
+        );
+        assert!(text.contains("--> does/not/exist.rs:7:3"), "{text}");
+        assert!(text.contains("= help: keep the running loss"), "{text}");
+    }
+
+    #[test]
+    fn a_region_past_the_end_of_the_file_does_not_panic() {
+        let d = diagnostic("src/short.rs", 40, 3, 9);
+        let text = render_plain(&d, "fn main() {}\n");
+        assert!(text.contains("src/short.rs:40:3"), "{text}");
+        let mut d = diagnostic("src/short.rs", 1, 300, 400);
+        d.region.end_line = 1;
+        let text = render_plain(&d, "fn main() {}\n");
+        assert!(text.contains("src/short.rs:1:"), "{text}");
+    }
+
+    #[test]
+    fn the_report_ends_with_a_summary_and_lists_file_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("train.rs");
+        std::fs::write(&file, TRAIN).unwrap();
+        let mut note = diagnostic(file.to_str().unwrap(), 4, 23, 41);
+        note.severity = Severity::Note;
+        let warning = diagnostic(file.to_str().unwrap(), 4, 23, 41);
+        let errors = vec![FileError {
+            path: PathBuf::from("src/broken.rs"),
+            message: "expected `;`".to_string(),
+            line: Some(3),
+        }];
+        let report = report(vec![warning, note], errors, 5);
+        let mut out = Vec::new();
+        render(&mut out, &report, &RenderOptions::default()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("error: src/broken.rs:3: expected `;`\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("4 |         total += loss.to_scalar::<f32>()?;"),
+            "{text}"
+        );
+        assert!(text.contains("note[PK101]:"), "{text}");
+        assert!(!text.contains('\u{1b}'), "no colour was asked for: {text}");
+        assert_eq!(
+            text.lines().last(),
+            Some("5 files scanned: 1 warning, 1 note; 1 file could not be linted")
+        );
+    }
+
+    #[test]
+    fn colour_is_emitted_only_when_asked() {
+        let report = report(vec![diagnostic("missing.rs", 1, 1, 2)], Vec::new(), 1);
+        let mut out = Vec::new();
+        render(&mut out, &report, &RenderOptions::default().color(true)).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains('\u{1b}'));
+    }
+
+    #[test]
+    fn summary_counts_by_severity_and_fixable() {
+        let mut error = diagnostic("a.rs", 1, 1, 2);
+        error.severity = Severity::Error;
+        let mut fixable = diagnostic("a.rs", 2, 1, 2);
+        fixable.fix = Some(fix(0, 1, "x"));
+        let report = report(
+            vec![error, fixable, diagnostic("b.rs", 1, 1, 2)],
+            Vec::new(),
+            1,
+        );
+        assert_eq!(
+            summary_line(&report, false),
+            "1 file scanned: 1 error, 2 warnings (1 fixable with --fix)"
+        );
+        let empty = crate::output::test_support::report(Vec::new(), Vec::new(), 3);
+        assert_eq!(summary_line(&empty, false), "3 files scanned: no findings");
+    }
+}

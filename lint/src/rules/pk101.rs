@@ -1,0 +1,129 @@
+//! PK101 host-readback-in-step-loop.
+
+use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
+use crate::rules::{Finding, Rule, RuleMeta};
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags a device-to-host readback (`to_scalar`, `to_vec1`, `into_scalar`, `into_data`,
+    /// `double_value`, `clone_dtoh`, ...) inside a training step loop.
+    ///
+    /// ## Why is this bad?
+    /// Reading a value back to the host waits for every queued kernel to finish and then copies a few
+    /// bytes over PCIe. Done on every step, the GPU idles while the host waits, and the host idles
+    /// while the GPU refills its queue: the same problem as `loss.item()` in a PyTorch loop.
+    /// Readbacks that run only every N steps (`if step % 100 == 0`) or once per epoch are reported
+    /// as notes.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// for (step, batch) in batches.enumerate() {
+    ///     let loss = model.forward(&batch)?;
+    ///     opt.backward_step(&loss)?;
+    ///     total += loss.to_scalar::<f32>()?; // waits for the GPU on every step
+    /// }
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// let mut total = Tensor::zeros((), DType::F32, &device)?;
+    /// for (step, batch) in batches.enumerate() {
+    ///     let loss = model.forward(&batch)?;
+    ///     opt.backward_step(&loss)?;
+    ///     total = (total + loss.detach())?; // stays on the device
+    /// }
+    /// println!("mean loss {}", total.to_scalar::<f32>()? / n as f32);
+    /// ```
+    pub HostReadbackInStepLoop {
+        code: "PK101",
+        name: "host-readback-in-step-loop",
+        severity: Warning,
+        fixable: false,
+    }
+}
+
+impl Rule for HostReadbackInStepLoop {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for (file, call) in cx.calls() {
+            let Some(what) = readback(cx, file, call) else {
+                continue;
+            };
+            // Not in (or called from) a step loop: a readback after training is fine.
+            let Some(hit) = cx.step_loop(file, call) else {
+                continue;
+            };
+            // The code's device is statically the CPU: nothing crosses PCIe.
+            if cx.is_statically_cpu(file, call) {
+                continue;
+            }
+            let finding = Finding::new(
+                file,
+                cx.region(call.call.name_span()),
+                format!("`{what}` reads a tensor back to the host inside the step loop"),
+                "keep the value on the device (accumulate it in a tensor) and read it back after \
+                 the loop or every N steps",
+            )
+            .in_step_loop(cx, &hit);
+            out.push(finding);
+        }
+    }
+}
+
+/// The readback a call performs, if it is one, named as the finding shows it.
+fn readback(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<String> {
+    let name = call.name;
+    let uses = |framework| cx.uses(file, framework);
+    let is_readback = match (name, call.call.is_method()) {
+        ("to_scalar" | "to_vec0" | "to_vec1" | "to_vec2" | "to_vec3", true) => {
+            uses(Framework::Candle)
+        }
+        (
+            "into_scalar" | "into_data" | "to_data" | "into_scalar_async" | "into_data_async"
+            | "to_data_async",
+            true,
+        ) => uses(Framework::Burn),
+        ("double_value" | "int64_value" | "f_double_value" | "f_int64_value", true) => {
+            uses(Framework::Tch)
+        }
+        (
+            "clone_dtoh"
+            | "memcpy_dtoh"
+            | "memcpy_dtov"
+            | "dtoh_sync_copy"
+            | "dtoh_sync_copy_into"
+            | "sync_reclaim",
+            true,
+        ) => uses(Framework::Cudarc),
+        // candle `t.to_device(&Device::Cpu)`, tch `t.to_device(Device::Cpu)` / `t.to(Device::Cpu)`.
+        ("to_device" | "to" | "f_to_device", true) => {
+            (uses(Framework::Candle) || uses(Framework::Tch) || uses(Framework::Burn))
+                && call.call.args().len() == 1
+                && cx.device_of(&call.call.args()[0]) == DeviceKind::Cpu
+        }
+        // tch `f64::try_from(&t)`, `Vec::<f32>::try_from(&t)`, `f64::from(&t)` (`from` only on a
+        // reference: `f64::from(x)` of a number is ordinary arithmetic).
+        ("try_from" | "from", false) => {
+            uses(Framework::Tch)
+                && call.call.args().len() == 1
+                && (name == "try_from" || matches!(call.call.args()[0], syn::Expr::Reference(_)))
+                && call.call.qualifier().is_some_and(|q| {
+                    matches!(
+                        q.to_string().as_str(),
+                        "f64" | "f32" | "i64" | "i32" | "bool" | "u8" | "Vec" | "ArrayD"
+                    )
+                })
+        }
+        _ => false,
+    };
+    if !is_readback {
+        return None;
+    }
+    Some(match call.call.qualifier() {
+        Some(q) if !call.call.is_method() => format!("{q}::{name}"),
+        _ => name.to_string(),
+    })
+}

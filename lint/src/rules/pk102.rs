@@ -1,0 +1,101 @@
+//! PK102 sync-in-step-loop.
+
+use crate::analysis::{CallFact, CrateContext, FileId, Framework};
+use crate::rules::{Finding, Rule, RuleMeta};
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags an explicit device synchronization (`synchronize()` on a candle device or a cudarc
+    /// stream/context/event, burn `device.sync()` / `B::sync(&device)`, tch `Cuda::synchronize`)
+    /// inside a training step loop.
+    ///
+    /// ## Why is this bad?
+    /// A synchronize makes the host wait until every kernel queued so far has finished. While it waits
+    /// it cannot queue the next step's work, so the GPU drains its queue and idles between steps.
+    /// Training code rarely needs one: the next readback (or the end of the epoch) synchronizes
+    /// anyway, and timing code should use CUDA events instead. Syncs that run only every N steps
+    /// (`if step % N == 0`) or once per epoch are reported as notes.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// for batch in batches {
+    ///     let loss = model.forward(&batch)?;
+    ///     opt.backward_step(&loss)?;
+    ///     device.synchronize()?; // the GPU runs dry after every step
+    /// }
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// for batch in batches {
+    ///     let loss = model.forward(&batch)?;
+    ///     opt.backward_step(&loss)?;
+    /// }
+    /// device.synchronize()?; // once, where the host really needs the results
+    /// ```
+    pub SyncInStepLoop {
+        code: "PK102",
+        name: "sync-in-step-loop",
+        severity: Warning,
+        fixable: false,
+    }
+}
+
+impl Rule for SyncInStepLoop {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for (file, call) in cx.calls() {
+            let Some(what) = sync_call(cx, file, call) else {
+                continue;
+            };
+            // Not in (or called from) a step loop: a final synchronize is what it is for.
+            let Some(hit) = cx.step_loop(file, call) else {
+                continue;
+            };
+            // A CPU device has nothing to wait for.
+            if cx.is_statically_cpu(file, call) {
+                continue;
+            }
+            out.push(
+                Finding::new(
+                    file,
+                    cx.region(call.call.name_span()),
+                    format!("`{what}` blocks the host until the GPU is idle, inside the step loop"),
+                    "remove it: the next readback or the end of the epoch synchronizes anyway; to \
+                     time GPU work use CUDA events or `perfkit profile`",
+                )
+                .in_step_loop(cx, &hit),
+            );
+        }
+    }
+}
+
+/// The synchronization a call performs, named as the finding shows it.
+fn sync_call(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<String> {
+    let any_gpu_framework = cx.uses(file, Framework::Candle)
+        || cx.uses(file, Framework::Cudarc)
+        || cx.uses(file, Framework::Tch)
+        || cx.uses(file, Framework::Burn);
+    let name = call.name;
+    let is_sync = match (name, call.call.is_method()) {
+        // candle `device.synchronize()`, cudarc `stream.synchronize()` / `ctx.synchronize()` /
+        // `event.synchronize()`.
+        ("synchronize", true) => any_gpu_framework && call.call.args().is_empty(),
+        // tch `Cuda::synchronize(0)`, cudarc `result::stream::synchronize(s)`.
+        ("synchronize", false) => cx.uses(file, Framework::Tch) || cx.uses(file, Framework::Cudarc),
+        // burn: `device.sync()` (current API), `B::sync(&device)` (0.21's `Backend::sync`).
+        ("sync", true) => cx.uses(file, Framework::Burn) && call.call.args().is_empty(),
+        ("sync", false) => cx.uses(file, Framework::Burn) && call.call.args().len() == 1,
+        _ => false,
+    };
+    if !is_sync {
+        return None;
+    }
+    Some(match call.call.qualifier() {
+        Some(q) if !call.call.is_method() => format!("{q}::{name}"),
+        _ => name.to_string(),
+    })
+}

@@ -1,0 +1,870 @@
+//! PK201 `cpu-tensor-then-copy`: a tensor built on the CPU only to be copied to the accelerator.
+
+use proc_macro2::{TokenStream, TokenTree};
+use syn::spanned::Spanned;
+use syn::visit::{self, Visit};
+use syn::{Expr, ExprCall, ExprMethodCall};
+
+use crate::analysis::{CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework};
+use crate::diagnostic::{Edit, Fix};
+use crate::rules::{Finding, Rule, RuleMeta};
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags a tensor that is created on the CPU and then copied to an accelerator.
+    ///
+    /// Both forms are recognized: one chain (`Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?`)
+    /// and a binding whose only use is that copy. For raw cudarc code it flags a host buffer of one
+    /// repeated value (`vec![0.0f32; n]`) that is uploaded with `clone_htod`/`memcpy_htod`.
+    ///
+    /// Recognized constructors are the `Tensor::` ones that take a device: candle `new`, `zeros`,
+    /// `ones`, `full`, `rand`, `randn`, `arange`, `from_vec`, `from_slice`, ...; tch `zeros`, `ones`,
+    /// `randn`, `arange`, `full`, ... with `(Kind, Device::Cpu)` or `kind::FLOAT_CPU` options; burn
+    /// `zeros`, `ones`, `from_floats`, `from_data`, `random`, `arange`, ... on `Device::cpu()` or
+    /// `Device::flex()`. The copy is `to_device` (candle, burn, tch) or `to` (tch).
+    ///
+    /// Not flagged: data that has to come from the host (a data set read from disk, tch's
+    /// `Tensor::from_slice`, which has no device argument), a CPU tensor that is also used on the
+    /// CPU, a copy to a CPU device, and test code. A binding copied in another function is not
+    /// followed.
+    ///
+    /// ## Why is this bad?
+    /// The tensor is written twice: once into host memory, then again over PCIe into device memory,
+    /// and the host allocation is thrown away. Constructors that take a device fill the memory where
+    /// it will be used: `zeros`, `ones`, `full`, `rand` and `arange` run as a kernel on the GPU and
+    /// copy nothing at all. It is the Rust form of PyTorch's "create tensors directly on the target
+    /// device" advice (`torch.zeros(.., device=dev)` rather than `torch.zeros(..).cuda()`).
+    ///
+    /// For cudarc, copying `n` identical values moves `n * size_of::<T>()` bytes that a memset or a
+    /// fill kernel would produce on the device.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// let dev = Device::cuda_if_available(0)?;
+    /// let h0 = Tensor::zeros((layers, batch, hidden), DType::BF16, &Device::Cpu)?.to_device(&dev)?;
+    /// let grads = stream.clone_htod(&vec![0.0f32; n])?;
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// let dev = Device::cuda_if_available(0)?;
+    /// let h0 = Tensor::zeros((layers, batch, hidden), DType::BF16, &dev)?;
+    /// let grads = stream.alloc_zeros::<f32>(n)?;
+    /// ```
+    ///
+    /// `perfkit lint --fix` rewrites the chained form for candle, burn and tch: the constructor gets
+    /// the target device and the copy goes.
+    pub CpuTensorThenCopy {
+        code: "PK201",
+        name: "cpu-tensor-then-copy",
+        severity: Warning,
+        fixable: true,
+    }
+}
+
+impl Rule for CpuTensorThenCopy {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for crate_file in cx.files() {
+            let file = crate_file.id;
+            let cudarc = cx.uses(file, Framework::Cudarc);
+            // Functions worth walking for the binding form.
+            let mut has_cpu_ctor = vec![false; crate_file.facts.fns.len()];
+            let mut has_copy = vec![false; crate_file.facts.fns.len()];
+            let mut has_htod_of_binding = vec![false; crate_file.facts.fns.len()];
+            for call in &crate_file.facts.calls {
+                // Test code is skipped: it builds small CPU tensors on purpose.
+                if call.in_test {
+                    continue;
+                }
+                match call.call {
+                    CallRef::Method(m) => {
+                        if let Some(target) = transfer_target(m) {
+                            if let Some(f) = call.fn_idx {
+                                has_copy[f] = true;
+                            }
+                            chained_form(cx, file, m, target, call.in_macro, out);
+                        } else if cudarc && is_htod(m) {
+                            match m.args.first().map(strip_ref) {
+                                Some(Expr::Path(_)) => {
+                                    if let Some(f) = call.fn_idx {
+                                        has_htod_of_binding[f] = true;
+                                    }
+                                }
+                                Some(arg) => inline_constant_upload(cx, file, m, arg, out),
+                                None => {}
+                            }
+                        }
+                    }
+                    CallRef::Path(c, _) => {
+                        if let Some(f) = call.fn_idx
+                            && cpu_constructor_call(cx, c).is_some()
+                        {
+                            has_cpu_ctor[f] = true;
+                        }
+                    }
+                }
+            }
+            for (idx, fn_fact) in crate_file.facts.fns.iter().enumerate() {
+                let tensors = has_cpu_ctor[idx] && has_copy[idx];
+                let buffers = has_htod_of_binding[idx];
+                if fn_fact.is_test || !(tensors || buffers) {
+                    continue;
+                }
+                binding_form(cx, file, fn_fact, tensors, buffers, out);
+            }
+        }
+    }
+}
+
+/// Constructors (`Tensor::NAME(.., device)`) whose last argument is the device.
+const CONSTRUCTORS: &[&str] = &[
+    "new",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "rand",
+    "randn",
+    "random",
+    "randint",
+    "randint_low",
+    "randperm",
+    "arange",
+    "arange_step",
+    "arange_start",
+    "arange_start_step",
+    "linspace",
+    "logspace",
+    "eye",
+    "tril2",
+    "triu2",
+    "from_vec",
+    "from_slice",
+    "from_iter",
+    "from_data",
+    "from_floats",
+    "from_ints",
+    "from_bool",
+];
+
+/// `x.to_device(target)` / `x.to(target)` with one argument: the target.
+fn transfer_target(m: &ExprMethodCall) -> Option<&Expr> {
+    if m.args.len() == 1 && (m.method == "to_device" || m.method == "to") {
+        m.args.first()
+    } else {
+        None
+    }
+}
+
+/// cudarc host-to-device copies: `clone_htod`, `memcpy_stod` (its former name), `memcpy_htod`
+/// (into an existing buffer), and the pre-0.13 `htod_copy`/`htod_sync_copy`.
+fn is_htod(m: &ExprMethodCall) -> bool {
+    matches!(
+        m.method.to_string().as_str(),
+        "clone_htod" | "memcpy_stod" | "memcpy_htod" | "htod_copy" | "htod_sync_copy"
+    )
+}
+
+/// What device an expression names, including burn's `Device::cpu()` / `Device::flex()` /
+/// `Device::ndarray()` constructors.
+pub(super) fn device_kind(cx: &CrateContext<'_>, expr: &Expr) -> DeviceKind {
+    let kind = cx.device_of(expr);
+    if kind != DeviceKind::Unknown {
+        return kind;
+    }
+    match strip_ref(expr) {
+        Expr::Call(c) => match &*c.func {
+            Expr::Path(p) => {
+                let segs = &p.path.segments;
+                let n = segs.len();
+                if n >= 2
+                    && segs[n - 2].ident == "Device"
+                    && ["cpu", "flex", "ndarray"]
+                        .iter()
+                        .any(|name| segs[n - 1].ident == name)
+                {
+                    DeviceKind::Cpu
+                } else {
+                    DeviceKind::Unknown
+                }
+            }
+            _ => DeviceKind::Unknown,
+        },
+        _ => DeviceKind::Unknown,
+    }
+}
+
+/// Strips `&`, `&mut`, parentheses and invisible groups.
+pub(super) fn strip_ref(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Reference(r) => strip_ref(&r.expr),
+        Expr::Paren(p) => strip_ref(&p.expr),
+        Expr::Group(g) => strip_ref(&g.expr),
+        _ => expr,
+    }
+}
+
+/// Strips error handling around a value: `?`, `.unwrap()`, `.expect(..)`, parentheses.
+pub(super) fn strip_result(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Try(t) => strip_result(&t.expr),
+        Expr::Paren(p) => strip_result(&p.expr),
+        Expr::Group(g) => strip_result(&g.expr),
+        Expr::MethodCall(m)
+            if (m.method == "unwrap" && m.args.is_empty())
+                || (m.method == "expect" && m.args.len() == 1) =>
+        {
+            strip_result(&m.receiver)
+        }
+        _ => expr,
+    }
+}
+
+/// Whether only `?`, `.unwrap()` and `.expect(..)` wrap the constructor call (no parentheses).
+fn only_error_handling(expr: &Expr) -> bool {
+    match expr {
+        Expr::Call(_) => true,
+        Expr::Try(t) => only_error_handling(&t.expr),
+        Expr::MethodCall(m)
+            if (m.method == "unwrap" && m.args.is_empty())
+                || (m.method == "expect" && m.args.len() == 1) =>
+        {
+            only_error_handling(&m.receiver)
+        }
+        _ => false,
+    }
+}
+
+/// A `Tensor::CONSTRUCTOR(.., cpu_device)` expression: the call, its path and the device argument.
+fn cpu_constructor<'e>(
+    cx: &CrateContext<'_>,
+    expr: &'e Expr,
+) -> Option<(&'e ExprCall, &'e syn::Path, &'e Expr)> {
+    let Expr::Call(call) = expr else {
+        return None;
+    };
+    let (path, device) = cpu_constructor_call(cx, call)?;
+    Some((call, path, device))
+}
+
+/// A `Tensor::CONSTRUCTOR(.., cpu_device)` call: its path and the device argument.
+fn cpu_constructor_call<'e>(
+    cx: &CrateContext<'_>,
+    call: &'e ExprCall,
+) -> Option<(&'e syn::Path, &'e Expr)> {
+    let Expr::Path(func) = &*call.func else {
+        return None;
+    };
+    let segs = &func.path.segments;
+    let n = segs.len();
+    if n < 2 || segs[n - 2].ident != "Tensor" {
+        return None;
+    }
+    if !CONSTRUCTORS.iter().any(|name| segs[n - 1].ident == name) {
+        return None;
+    }
+    // A constructor without a device argument (tch `from_slice`) cannot be told where to go.
+    let device = call.args.last()?;
+    (device_kind(cx, device) == DeviceKind::Cpu).then_some((&func.path, device))
+}
+
+/// `Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?` in one expression.
+fn chained_form(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    m: &ExprMethodCall,
+    target: &Expr,
+    in_macro: bool,
+    out: &mut Vec<Finding>,
+) {
+    // A copy to the CPU is a readback or a no-op, not an upload.
+    if device_kind(cx, target) == DeviceKind::Cpu {
+        return;
+    }
+    let Some((ctor, path, device)) = cpu_constructor(cx, strip_result(&m.receiver)) else {
+        return;
+    };
+    let ctor_name = path_text(path);
+    let target_text = cx.text(file, target.span()).trim().to_string();
+    let mut finding = Finding::new(
+        file,
+        cx.region_of(path),
+        format!(
+            "`{ctor_name}` builds the tensor on the CPU, then `{}` copies it to the device",
+            m.method
+        ),
+        format!(
+            "create it on the target device: pass `{target_text}` to `{ctor_name}` and drop \
+             `.{}(..)`",
+            m.method
+        ),
+    );
+    // Edits inside macro arguments are not applied: the macro's tokens are not this tree. Parentheses
+    // between the constructor and the copy would be cut in half by the removal.
+    if !in_macro
+        && only_error_handling(&m.receiver)
+        && let Some(fix) = chained_fix(cx, file, m, ctor, device, &target_text)
+    {
+        finding = finding.with_fix(fix);
+    }
+    out.push(finding);
+}
+
+/// The fix of the chained form: the constructor's device argument becomes the copy's target and the
+/// text from the end of the constructor call to the end of the copy goes (`?.to_device(&dev)`,
+/// `.unwrap().to(device)`). The value keeps its type: both sides are a `Result<Tensor>` (candle) or
+/// a `Tensor` (tch, burn).
+fn chained_fix(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    m: &ExprMethodCall,
+    ctor: &ExprCall,
+    device: &Expr,
+    target_text: &str,
+) -> Option<Fix> {
+    let device_edit = match strip_ref(device) {
+        // tch options tuple `(Kind::Float, Device::Cpu)`: replace the device element only.
+        Expr::Tuple(t) if t.elems.len() == 2 && !matches!(device, Expr::Reference(_)) => {
+            let elem = t.elems.iter().nth(1)?;
+            let range = cx.byte_range(file, elem.span());
+            Edit {
+                start: range.start,
+                end: range.end,
+                replacement: target_text.to_string(),
+            }
+        }
+        // tch `kind::FLOAT_CPU`: spell the options out.
+        Expr::Path(p)
+            if p.path.segments.len() >= 2
+                && p.path.segments[p.path.segments.len() - 2].ident == "kind" =>
+        {
+            let last = p.path.segments.last()?.ident.to_string();
+            let kind = match last.as_str() {
+                "FLOAT_CPU" => "Float",
+                "DOUBLE_CPU" => "Double",
+                "INT64_CPU" => "Int64",
+                _ => return None,
+            };
+            let range = cx.byte_range(file, device.span());
+            Edit {
+                start: range.start,
+                end: range.end,
+                replacement: format!("(tch::Kind::{kind}, {target_text})"),
+            }
+        }
+        // candle / burn: `&Device::Cpu` -> the same reference expression `to_device` was given.
+        _ => {
+            let range = cx.byte_range(file, device.span());
+            Edit {
+                start: range.start,
+                end: range.end,
+                replacement: target_text.to_string(),
+            }
+        }
+    };
+    let ctor_end = cx.byte_range(file, ctor.span()).end;
+    let copy_end = cx.byte_range(file, m.span()).end;
+    if copy_end <= ctor_end || device_edit.end > ctor_end {
+        return None;
+    }
+    let removal = Edit {
+        start: ctor_end,
+        end: copy_end,
+        replacement: String::new(),
+    };
+    Some(Fix {
+        title: "create the tensor on the target device".to_string(),
+        edits: vec![device_edit, removal],
+    })
+}
+
+/// `stream.clone_htod(&vec![0.0f32; n])` / `stream.clone_htod(&[1.0f32; 4096])`.
+fn inline_constant_upload(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    m: &ExprMethodCall,
+    arg: &Expr,
+    out: &mut Vec<Finding>,
+) {
+    if let Some(constant) = constant_buffer(cx, file, arg) {
+        out.push(constant_upload_finding(cx, file, m, &constant, None));
+    }
+}
+
+/// A host buffer made of one repeated literal: its value and length text.
+struct ConstantBuffer {
+    zero: bool,
+    /// The literal's type suffix (`f32` in `0.0f32`), empty when inferred.
+    suffix: String,
+    value: String,
+    len: String,
+}
+
+/// `vec![C; n]` or `[C; N]` with a literal `C` (possibly negated).
+fn constant_buffer(cx: &CrateContext<'_>, file: FileId, expr: &Expr) -> Option<ConstantBuffer> {
+    let (value, len) = match strip_ref(expr) {
+        Expr::Repeat(r) => ((*r.expr).clone(), (*r.len).clone()),
+        Expr::Macro(m) if m.mac.path.is_ident("vec") => m
+            .mac
+            .parse_body_with(|input: syn::parse::ParseStream<'_>| {
+                let value: Expr = input.parse()?;
+                input.parse::<syn::Token![;]>()?;
+                let len: Expr = input.parse()?;
+                Ok((value, len))
+            })
+            .ok()?,
+        _ => return None,
+    };
+    let lit = match &value {
+        Expr::Lit(l) => &l.lit,
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => match &*u.expr {
+            Expr::Lit(l) => &l.lit,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let suffix = match lit {
+        syn::Lit::Int(i) => i.suffix().to_string(),
+        syn::Lit::Float(f) => f.suffix().to_string(),
+        _ => String::new(),
+    };
+    let zero = match lit {
+        syn::Lit::Int(i) => i.base10_digits().trim_start_matches('0').is_empty(),
+        syn::Lit::Float(f) => f.base10_digits().parse::<f64>().ok()? == 0.0,
+        _ => return None,
+    };
+    let value_text = cx.text(file, value.span()).trim().to_string();
+    Some(ConstantBuffer {
+        zero,
+        suffix,
+        value: value_text,
+        len: cx.text(file, len.span()).trim().to_string(),
+    })
+}
+
+fn constant_upload_finding(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    m: &ExprMethodCall,
+    constant: &ConstantBuffer,
+    defined_at: Option<usize>,
+) -> Finding {
+    let into_existing = m.method == "memcpy_htod";
+    let (message, help) = if constant.zero {
+        let help = if into_existing {
+            "zero the destination on the device with `stream.memset_zeros(&mut dst)`".to_string()
+        } else {
+            let turbofish = if constant.suffix.is_empty() {
+                String::new()
+            } else {
+                format!("::<{}>", constant.suffix)
+            };
+            format!(
+                "allocate it zeroed on the device instead: `stream.alloc_zeros{turbofish}({})`",
+                constant.len
+            )
+        };
+        (
+            format!(
+                "`{}` copies a zero-filled host buffer to the device",
+                m.method
+            ),
+            help,
+        )
+    } else {
+        (
+            format!(
+                "`{}` copies a host buffer of one repeated value (`{}`) to the device",
+                m.method, constant.value
+            ),
+            format!(
+                "allocate the buffer on the device (`alloc_zeros`) and fill it there with a small \
+                 kernel instead of copying `{}` identical values",
+                constant.len
+            ),
+        )
+    };
+    let mut finding = Finding::new(file, cx.region(m.method.span()), message, help);
+    if let Some(line) = defined_at {
+        finding = finding.with_note(format!("the buffer is built on the host at line {line}"));
+    }
+    finding
+}
+
+/// Looks for `let NAME = <cpu constructor>;` / `let NAME = vec![C; n];` whose only uses in the rest
+/// of the block are copies to the device.
+fn binding_form(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    fn_fact: &FnFact<'_>,
+    tensors: bool,
+    buffers: bool,
+    out: &mut Vec<Finding>,
+) {
+    let mut walker = BlockWalker {
+        cx,
+        file,
+        tensors,
+        buffers,
+        out,
+    };
+    walker.visit_block(fn_fact.block);
+}
+
+struct BlockWalker<'c, 'a, 'o> {
+    cx: &'c CrateContext<'a>,
+    file: FileId,
+    tensors: bool,
+    buffers: bool,
+    out: &'o mut Vec<Finding>,
+}
+
+impl<'ast> Visit<'ast> for BlockWalker<'_, '_, '_> {
+    fn visit_block(&mut self, block: &'ast syn::Block) {
+        for (i, stmt) in block.stmts.iter().enumerate() {
+            let syn::Stmt::Local(local) = stmt else {
+                continue;
+            };
+            let Some((name, is_mut)) = simple_binding(&local.pat) else {
+                continue;
+            };
+            let Some(init) = &local.init else {
+                continue;
+            };
+            // `let .. else` diverges on failure: keep it simple and skip it.
+            if init.diverge.is_some() {
+                continue;
+            }
+            let rest = &block.stmts[i + 1..];
+            if self.tensors
+                && !is_mut
+                && let Some((_, path, _)) = cpu_constructor(self.cx, strip_result(&init.expr))
+            {
+                let scan = scan_uses(self.cx, &name, rest, UseKind::Tensor);
+                if scan.other == 0
+                    && let Some(first) = scan.copies.first()
+                {
+                    let ctor_name = path_text(path);
+                    self.out.push(
+                        Finding::new(
+                            self.file,
+                            self.cx.region_of(path),
+                            format!(
+                                "`{ctor_name}` builds `{name}` on the CPU, and its only use is a \
+                                 copy to the device"
+                            ),
+                            format!(
+                                "create `{name}` on the target device: pass the device to \
+                                 `{ctor_name}` and drop the `.{}(..)` copy",
+                                first.method
+                            ),
+                        )
+                        .with_note(format!("copied to the device at line {}", first.line)),
+                    );
+                }
+            }
+            if self.buffers
+                && !is_mut
+                && let Some(constant) = constant_buffer(self.cx, self.file, &init.expr)
+            {
+                let scan = scan_uses(self.cx, &name, rest, UseKind::Upload);
+                if scan.other == 0 {
+                    let defined_at = self.cx.region(local.let_token.span).line;
+                    for copy in &scan.uploads {
+                        self.out.push(constant_upload_finding(
+                            self.cx,
+                            self.file,
+                            copy,
+                            &constant,
+                            Some(defined_at),
+                        ));
+                    }
+                }
+            }
+        }
+        visit::visit_block(self, block);
+    }
+
+    // Nested functions are functions of their own; they are walked when their turn comes.
+    fn visit_item_fn(&mut self, _item: &'ast syn::ItemFn) {}
+    fn visit_item_impl(&mut self, _item: &'ast syn::ItemImpl) {}
+}
+
+/// `let name` / `let mut name` / `let name: T`: the name and whether it is mutable.
+fn simple_binding(pat: &syn::Pat) -> Option<(String, bool)> {
+    match pat {
+        syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+            Some((p.ident.to_string(), p.mutability.is_some()))
+        }
+        syn::Pat::Type(t) => simple_binding(&t.pat),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UseKind {
+    /// `name.to_device(dev)` / `name.to(dev)` to a device that is not the CPU.
+    Tensor,
+    /// `stream.clone_htod(&name)` and the other host-to-device copies.
+    Upload,
+}
+
+struct CopyUse {
+    method: String,
+    line: usize,
+}
+
+struct UseScan<'ast> {
+    copies: Vec<CopyUse>,
+    uploads: Vec<&'ast ExprMethodCall>,
+    other: usize,
+}
+
+/// Counts the uses of `name` in `stmts`, up to the statement that binds the name again.
+fn scan_uses<'ast>(
+    cx: &CrateContext<'_>,
+    name: &str,
+    stmts: &'ast [syn::Stmt],
+    kind: UseKind,
+) -> UseScan<'ast> {
+    let mut scanner = UseScanner {
+        cx,
+        name,
+        kind,
+        scan: UseScan {
+            copies: Vec::new(),
+            uploads: Vec::new(),
+            other: 0,
+        },
+    };
+    for stmt in stmts {
+        scanner.visit_stmt(stmt);
+        if let syn::Stmt::Local(local) = stmt
+            && binds_name(&local.pat, name)
+        {
+            break;
+        }
+    }
+    scanner.scan
+}
+
+fn binds_name(pat: &syn::Pat, name: &str) -> bool {
+    match pat {
+        syn::Pat::Ident(p) => p.ident == name,
+        syn::Pat::Type(t) => binds_name(&t.pat, name),
+        syn::Pat::Tuple(t) => t.elems.iter().any(|p| binds_name(p, name)),
+        _ => false,
+    }
+}
+
+struct UseScanner<'c, 'a, 'n, 'ast> {
+    cx: &'c CrateContext<'a>,
+    name: &'n str,
+    kind: UseKind,
+    scan: UseScan<'ast>,
+}
+
+impl UseScanner<'_, '_, '_, '_> {
+    fn is_name(&self, expr: &Expr) -> bool {
+        matches!(strip_ref(expr), Expr::Path(p) if p.qself.is_none() && p.path.is_ident(self.name))
+    }
+}
+
+impl<'ast> Visit<'ast> for UseScanner<'_, '_, '_, 'ast> {
+    fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
+        match self.kind {
+            UseKind::Tensor => {
+                if self.is_name(&m.receiver)
+                    && let Some(target) = transfer_target(m)
+                    && device_kind(self.cx, target) != DeviceKind::Cpu
+                {
+                    self.scan.copies.push(CopyUse {
+                        method: m.method.to_string(),
+                        line: self.cx.region(m.method.span()).line,
+                    });
+                    for arg in &m.args {
+                        self.visit_expr(arg);
+                    }
+                    return;
+                }
+            }
+            UseKind::Upload => {
+                if is_htod(m) && m.args.first().is_some_and(|a| self.is_name(a)) {
+                    self.scan.uploads.push(m);
+                    self.visit_expr(&m.receiver);
+                    for arg in m.args.iter().skip(1) {
+                        self.visit_expr(arg);
+                    }
+                    return;
+                }
+            }
+        }
+        visit::visit_expr_method_call(self, m);
+    }
+
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        if p.qself.is_none() && p.path.is_ident(self.name) {
+            self.scan.other += 1;
+        }
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        // Macro arguments are not parsed here: any mention of the name counts as another use.
+        if tokens_mention(&mac.tokens, self.name) {
+            self.scan.other += 1;
+        }
+    }
+}
+
+/// Whether macro tokens mention `name`: as an identifier, or inlined in a format string
+/// (`"{name}"`, `"{name:?}"`).
+fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
+    tokens.clone().into_iter().any(|tree| match tree {
+        TokenTree::Ident(ident) => ident == name,
+        TokenTree::Group(group) => tokens_mention(&group.stream(), name),
+        TokenTree::Literal(lit) => {
+            let text = lit.to_string();
+            text.contains(&format!("{{{name}}}")) || text.contains(&format!("{{{name}:"))
+        }
+        TokenTree::Punct(_) => false,
+    })
+}
+
+/// `Tensor::zeros`, `Tensor::<1>::from_floats` -> `Tensor::from_floats`: the path without generics.
+fn path_text(path: &syn::Path) -> String {
+    let n = path.segments.len();
+    path.segments
+        .iter()
+        .skip(n.saturating_sub(2))
+        .map(|s| s.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use crate::{Diagnostic, LintOptions, lint};
+
+    fn fixture_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lint/pk201-cpu-tensor-then-copy")
+    }
+
+    /// Copies the fixture package into a fresh directory so the fixes can be applied there.
+    fn copy_fixture() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let src = fixture_dir();
+        std::fs::copy(src.join("Cargo.toml"), tmp.path().join("Cargo.toml"))
+            .expect("copy manifest");
+        std::fs::create_dir(tmp.path().join("src")).expect("src dir");
+        for entry in std::fs::read_dir(src.join("src")).expect("fixture src") {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_name().expect("file name");
+            std::fs::copy(&path, tmp.path().join("src").join(name)).expect("copy source");
+        }
+        tmp
+    }
+
+    fn pk201(dir: &Path) -> Vec<Diagnostic> {
+        let report = lint(&LintOptions::new([dir])).expect("lint runs");
+        assert!(report.errors.is_empty(), "file errors: {:?}", report.errors);
+        report
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.code == "PK201")
+            .collect()
+    }
+
+    #[test]
+    fn chained_fixes_parse_and_remove_the_findings() {
+        let tmp = copy_fixture();
+        let before = pk201(tmp.path());
+        let fixable: Vec<&Diagnostic> = before.iter().filter(|d| d.fix.is_some()).collect();
+        // The chained cases of the fixture: candle (3), burn (2) and tch (2).
+        assert_eq!(fixable.len(), 7, "fixable findings: {fixable:#?}");
+        let unfixable = before.len() - fixable.len();
+        assert!(unfixable > 0, "the binding and cudarc forms carry no fix");
+
+        let summary = crate::fix::apply_fixes(&before);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!((summary.applied, summary.skipped), (7, 0), "{summary:?}");
+
+        for name in ["candle.rs", "burn.rs", "tch.rs", "cudarc.rs"] {
+            let text = std::fs::read_to_string(tmp.path().join("src").join(name)).expect("read");
+            if let Err(err) = syn::parse_file(&text) {
+                panic!("fixed {name} does not parse: {err}\n{text}");
+            }
+        }
+        let candle = std::fs::read_to_string(tmp.path().join("src/candle.rs")).expect("read");
+        assert!(candle.contains("Tensor::from_vec(mask, (seq_len, seq_len), dev) // expect"));
+        assert!(candle.contains("Tensor::arange(0u32, seq_len as u32, dev)?;"));
+        assert!(candle.contains("Tensor::ones((1, d_model), DType::F32, dev).unwrap();"));
+        let tch = std::fs::read_to_string(tmp.path().join("src/tch.rs")).expect("read");
+        assert!(tch.contains("Tensor::zeros([LAYERS, batch, HIDDEN], (Kind::Float, device)) //"));
+        assert!(tch.contains("Tensor::randn([batch, HIDDEN], (tch::Kind::Float, device)) //"));
+        let burn = std::fs::read_to_string(tmp.path().join("src/burn.rs")).expect("read");
+        assert!(burn.contains("Tensor::<1>::from_floats(counts, device) //"));
+
+        let after = pk201(tmp.path());
+        assert!(
+            after.iter().all(|d| d.fix.is_none()),
+            "chained findings remain after the fix: {after:#?}"
+        );
+        assert_eq!(
+            after.len(),
+            unfixable,
+            "only the unfixable findings remain: {after:#?}"
+        );
+    }
+
+    #[test]
+    fn binding_with_other_uses_is_not_flagged() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let source = r#"
+use candle_core::{Device, Tensor};
+fn f(dev: &Device) -> candle_core::Result<f32> {
+    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    let on_dev = w.to_device(dev)?;
+    let _ = on_dev;
+    w.sum_all()?.to_scalar::<f32>()
+}
+fn g(dev: &Device) -> candle_core::Result<Tensor> {
+    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    println!("{w}");
+    w.to_device(dev)
+}
+fn h(dev: &Device) -> candle_core::Result<Tensor> {
+    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    w.to_device(dev)
+}
+"#;
+        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
+        let found = pk201(tmp.path());
+        let lines: Vec<usize> = found.iter().map(|d| d.region.line).collect();
+        // Only `h`: in `f` the host tensor is summed on the host, in `g` it is printed.
+        assert_eq!(lines, vec![15], "{found:#?}");
+    }
+
+    #[test]
+    fn parenthesized_chain_is_reported_without_a_fix() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let source = r#"
+use candle_core::{Device, Tensor};
+fn f(dev: &Device) -> candle_core::Result<Tensor> {
+    (Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu)?).to_device(dev)
+}
+"#;
+        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
+        let found = pk201(tmp.path());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].fix.is_none(),
+            "a fix would cut the parentheses in half"
+        );
+    }
+}

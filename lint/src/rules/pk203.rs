@@ -1,0 +1,208 @@
+//! PK203 per-sample-upload.
+
+use std::ops::Range;
+
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+
+use crate::analysis::patterns::{
+    chain_has, is_inside_loop, is_tensor_fn, last_arg_device, root_name,
+};
+use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
+use crate::rules::{Finding, Rule, RuleMeta};
+
+/// Constructors that copy host data into a new tensor on the given device.
+pub(crate) const UPLOAD_CONSTRUCTORS: &[&str] = &[
+    "new",
+    "from_vec",
+    "from_slice",
+    "from_iter",
+    "from_data",
+    "from_floats",
+    "from_ints",
+    "from_bool",
+];
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags a tensor uploaded to the device once per sample inside a batching loop or iterator,
+    /// when the per-sample tensors are then joined with `Tensor::cat` / `Tensor::stack`.
+    ///
+    /// ## Why is this bad?
+    /// Each upload is its own host-to-device copy (and allocation), so a batch of 64 samples costs
+    /// 64 tiny transfers plus a concatenation kernel, where one transfer of the whole batch would do.
+    /// Small copies are dominated by fixed latency: the batch takes many times longer to reach the
+    /// GPU than its size warrants, and the data loader becomes the bottleneck.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// let images: Vec<Tensor> = items
+    ///     .iter()
+    ///     .map(|item| Tensor::from_slice(&item.pixels, (28, 28), &device))
+    ///     .collect::<Result<_>>()?;
+    /// let batch = Tensor::stack(&images, 0)?;
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// let pixels: Vec<f32> = items.iter().flat_map(|item| item.pixels.iter().copied()).collect();
+    /// let batch = Tensor::from_vec(pixels, (items.len(), 28, 28), &device)?; // one upload
+    /// ```
+    pub PerSampleUpload {
+        code: "PK203",
+        name: "per-sample-upload",
+        severity: Warning,
+        fixable: false,
+    }
+}
+
+impl Rule for PerSampleUpload {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for file in cx.files() {
+            let facts = &file.facts;
+            // Joins per function: (fn index, loop of the join, the call).
+            let joins: Vec<&CallFact<'_>> = facts
+                .calls
+                .iter()
+                .filter(|c| !c.in_test && is_tensor_fn(c, &["cat", "stack", "concat"]))
+                .collect();
+            if joins.is_empty() {
+                continue;
+            }
+            for call in &facts.calls {
+                // Only uploads inside a loop of a function that also joins tensors.
+                let (Some(f), Some(l)) = (call.fn_idx, call.loop_idx) else {
+                    continue;
+                };
+                if call.in_test || !is_upload(cx, file.id, call) {
+                    continue;
+                }
+                // The join must be outside the per-sample loop (it assembles the batch afterwards)
+                // and the uploaded tensor must flow into what it joins.
+                let Some(join) = joins.iter().find(|j| {
+                    j.fn_idx == Some(f)
+                        && !is_inside_loop(&facts.loops, j, l)
+                        && flows_into_join(cx, file.id, call, j)
+                }) else {
+                    continue;
+                };
+                // Host tensors: nothing is uploaded.
+                if cx.is_statically_cpu(file.id, call) {
+                    continue;
+                }
+                let join_line = cx.region(join.call.name_span()).line;
+                let what = match call.call.qualifier() {
+                    Some(q) if !call.call.is_method() => format!("{q}::{}", call.call.name()),
+                    _ => call.call.name().to_string(),
+                };
+                out.push(
+                    Finding::new(
+                        file.id,
+                        cx.region(call.call.name_span()),
+                        format!("`{what}` uploads one sample at a time before the batch is joined"),
+                        "gather the samples into one host buffer and upload the whole batch with \
+                         a single constructor call",
+                    )
+                    .with_note(format!(
+                        "the per-sample tensors are joined with `Tensor::{}` at line {join_line}",
+                        join.call.name()
+                    )),
+                );
+            }
+        }
+    }
+}
+
+/// A host-to-device upload: a data constructor on a non-CPU device (candle, burn), or a tch
+/// `Tensor::from_slice(..).to_device(d)` chain.
+pub(crate) fn is_upload(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> bool {
+    if call.call.is_method() {
+        // tch: `Tensor::from_slice(&v).to_device(device)` / `.to(device)`.
+        let is_transfer = call.is("to_device") || call.is("to");
+        return is_transfer
+            && cx.uses(file, Framework::Tch)
+            && call.call.args().len() == 1
+            && cx.device_of(&call.call.args()[0]) != DeviceKind::Cpu
+            && call
+                .call
+                .receiver()
+                .is_some_and(|r| chain_has(r, &["from_slice", "of_slice", "from_slice2"]))
+            && !call
+                .call
+                .receiver()
+                .is_some_and(|r| chain_has(r, &["pin_memory"]));
+    }
+    let framework = cx.uses(file, Framework::Candle) || cx.uses(file, Framework::Burn);
+    framework
+        && is_tensor_fn(call, UPLOAD_CONSTRUCTORS)
+        && call.call.args().len() >= 2
+        && last_arg_device(&call.call) != DeviceKind::Cpu
+}
+
+/// Whether the value of `upload` ends up in the tensors `join` joins: it sits in the join's own
+/// argument, in the initializer of the binding the join reads (`let images = items.iter().map(..)
+/// .collect();`), or in a `push`/`extend` onto that binding.
+fn flows_into_join(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    upload: &CallFact<'_>,
+    join: &CallFact<'_>,
+) -> bool {
+    let at = upload.call.name_span().byte_range().start;
+    let Some(joined) = join.call.args().first() else {
+        return false;
+    };
+    if joined.span().byte_range().contains(&at) {
+        return true;
+    }
+    let (Some(name), Some(f)) = (root_name(joined), cx.fn_of(file, join)) else {
+        return false;
+    };
+    let mut feeds = Feeds {
+        name: &name,
+        ranges: Vec::new(),
+    };
+    feeds.visit_block(f.block);
+    feeds.ranges.iter().any(|range| range.contains(&at))
+}
+
+/// Collects the source ranges whose values flow into the binding `name`.
+struct Feeds<'n> {
+    name: &'n str,
+    ranges: Vec<Range<usize>>,
+}
+
+impl<'ast> Visit<'ast> for Feeds<'_> {
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if pat_name(&local.pat).is_some_and(|n| n == self.name)
+            && let Some(init) = &local.init
+        {
+            self.ranges.push(init.expr.span().byte_range());
+        }
+        syn::visit::visit_local(self, local);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        let grows = ["push", "extend", "push_back", "insert", "append"]
+            .iter()
+            .any(|m| call.method == m);
+        if grows && root_name(&call.receiver).is_some_and(|n| n == self.name) {
+            for arg in &call.args {
+                self.ranges.push(arg.span().byte_range());
+            }
+        }
+        syn::visit::visit_expr_method_call(self, call);
+    }
+}
+
+fn pat_name(pat: &syn::Pat) -> Option<String> {
+    match pat {
+        syn::Pat::Ident(p) => Some(p.ident.to_string()),
+        syn::Pat::Type(t) => pat_name(&t.pat),
+        _ => None,
+    }
+}

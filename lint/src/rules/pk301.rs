@@ -1,0 +1,363 @@
+//! PK301 `loader-without-workers`: a burn data loader that builds batches on the training thread.
+
+use syn::spanned::Spanned;
+use syn::visit::{self, Visit};
+use syn::{Expr, ExprCall, ExprMethodCall};
+
+use crate::analysis::{CallRef, CrateContext, FileId, FnFact};
+use crate::rules::{Finding, Rule, RuleMeta};
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags a burn `DataLoaderBuilder` that is built with fewer than two worker threads.
+    ///
+    /// That is: no `num_workers(..)` call in the chain, or `num_workers(0)` / `num_workers(1)`.
+    ///
+    /// The chain is followed through `let` bindings in the same block
+    /// (`let b = DataLoaderBuilder::new(batcher); let b = b.batch_size(64); b.build(dataset)`).
+    /// A worker count that is not a literal (`num_workers(config.num_workers)`) is trusted, and a
+    /// builder that is returned or passed on before `build` is not judged (its caller decides).
+    ///
+    /// ## Why is this bad?
+    /// Without workers, burn's loader loads items, runs the batcher and uploads the batch on the
+    /// thread that drives the training step, so the accelerator idles while the next batch is
+    /// prepared. With `num_workers(n)` the batches are produced by `n` background threads and are
+    /// ready when the step asks for them; one worker overlaps loading with compute but cannot keep up
+    /// when a batch takes longer to prepare than a step takes to run. It is the Rust form of
+    /// PyTorch's `DataLoader(num_workers=...)` advice.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// let loader = DataLoaderBuilder::new(batcher)
+    ///     .batch_size(64)
+    ///     .shuffle(42)
+    ///     .build(dataset);
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// let loader = DataLoaderBuilder::new(batcher)
+    ///     .batch_size(64)
+    ///     .shuffle(42)
+    ///     .num_workers(8)
+    ///     .build(dataset);
+    /// ```
+    pub LoaderWithoutWorkers {
+        code: "PK301",
+        name: "loader-without-workers",
+        severity: Warning,
+        fixable: false,
+    }
+}
+
+impl Rule for LoaderWithoutWorkers {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for chain in loader_chains(cx) {
+            match chain.method_args("num_workers") {
+                None => out.push(Finding::new(
+                    chain.file,
+                    chain.region_of_new(cx),
+                    "data loader is built without worker threads",
+                    "add `.num_workers(n)` (e.g. the number of CPU cores) so batches are prepared \
+                     in the background while the step runs",
+                )),
+                Some((method, args)) => {
+                    let Some(n) = args.first().and_then(int_literal) else {
+                        // Not a literal: trust the configuration.
+                        continue;
+                    };
+                    if n > 1 {
+                        continue;
+                    }
+                    let message = if n == 0 {
+                        "data loader is built with `num_workers(0)`: batches are prepared on the \
+                         training thread"
+                    } else {
+                        "data loader is built with a single worker thread"
+                    };
+                    out.push(Finding::new(
+                        chain.file,
+                        cx.region(method.span()),
+                        message,
+                        "use several workers (e.g. `num_workers(8)` or the number of CPU cores) so \
+                         batches are ready when the step asks for them",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The value of an integer literal expression (`0`, `8usize`).
+pub(super) fn int_literal(expr: &Expr) -> Option<u64> {
+    match expr {
+        Expr::Lit(l) => match &l.lit {
+            syn::Lit::Int(i) => i.base10_parse::<u64>().ok(),
+            _ => None,
+        },
+        Expr::Paren(p) => int_literal(&p.expr),
+        Expr::Group(g) => int_literal(&g.expr),
+        _ => None,
+    }
+}
+
+/// A finished `DataLoaderBuilder` chain: `DataLoaderBuilder::new(..)` and every method called on the
+/// builder up to `build(..)`, possibly across `let` bindings.
+pub(super) struct LoaderChain<'a> {
+    /// File of the chain.
+    pub file: FileId,
+    /// The `DataLoaderBuilder::new` path.
+    pub new_path: &'a syn::Path,
+    /// Methods called on the builder, in order, with their arguments.
+    pub methods: Vec<&'a ExprMethodCall>,
+}
+
+impl<'a> LoaderChain<'a> {
+    /// The last call of `name` on the builder: its method name and arguments.
+    pub fn method_args(
+        &self,
+        name: &str,
+    ) -> Option<(
+        &'a syn::Ident,
+        &'a syn::punctuated::Punctuated<Expr, syn::Token![,]>,
+    )> {
+        self.methods
+            .iter()
+            .rev()
+            .find(|m| m.method == name)
+            .map(|m| (&m.method, &m.args))
+    }
+
+    /// Where findings about the whole chain point: `DataLoaderBuilder::new`.
+    pub fn region_of_new(&self, cx: &CrateContext<'_>) -> crate::Region {
+        cx.region_of(self.new_path)
+    }
+}
+
+/// Every finished data-loader chain of the crate outside test code.
+pub(super) fn loader_chains<'a>(cx: &CrateContext<'a>) -> Vec<LoaderChain<'a>> {
+    let mut chains = Vec::new();
+    for crate_file in cx.files() {
+        let facts = &crate_file.facts;
+        let mut walked = vec![false; facts.fns.len()];
+        for call in &facts.calls {
+            let CallRef::Path(_, path) = call.call else {
+                continue;
+            };
+            if call.in_test || !is_builder_new(path) {
+                continue;
+            }
+            // A builder outside any function (a `static` initializer) has nothing to follow.
+            let Some(f) = call.fn_idx else {
+                continue;
+            };
+            if std::mem::replace(&mut walked[f], true) {
+                continue;
+            }
+            collect_in_fn(crate_file.id, &facts.fns[f], &mut chains);
+        }
+    }
+    chains
+}
+
+fn is_builder_new(path: &syn::Path) -> bool {
+    let n = path.segments.len();
+    n >= 2
+        && path.segments[n - 1].ident == "new"
+        && path.segments[n - 2].ident == "DataLoaderBuilder"
+}
+
+fn collect_in_fn<'a>(file: FileId, fn_fact: &FnFact<'a>, chains: &mut Vec<LoaderChain<'a>>) {
+    let mut walker = ChainWalker {
+        file,
+        chains,
+        claimed: Vec::new(),
+    };
+    walker.visit_block(fn_fact.block);
+}
+
+struct ChainWalker<'c, 'a> {
+    file: FileId,
+    chains: &'c mut Vec<LoaderChain<'a>>,
+    /// `DataLoaderBuilder::new` calls already part of a chain (by span start).
+    claimed: Vec<usize>,
+}
+
+/// A method chain unrolled: its root expression and the method calls on it, innermost first.
+fn unroll(expr: &Expr) -> (&Expr, Vec<&ExprMethodCall>) {
+    let mut methods = Vec::new();
+    let mut cur = expr;
+    loop {
+        match cur {
+            Expr::MethodCall(m) => {
+                methods.push(m);
+                cur = &m.receiver;
+            }
+            Expr::Paren(p) => cur = &p.expr,
+            Expr::Group(g) => cur = &g.expr,
+            _ => break,
+        }
+    }
+    methods.reverse();
+    (cur, methods)
+}
+
+fn builder_new_call(expr: &Expr) -> Option<(&ExprCall, &syn::Path)> {
+    let Expr::Call(c) = expr else {
+        return None;
+    };
+    let Expr::Path(p) = &*c.func else {
+        return None;
+    };
+    is_builder_new(&p.path).then_some((c, &p.path))
+}
+
+fn root_name(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident().map(ToString::to_string),
+        _ => None,
+    }
+}
+
+fn let_name(pat: &syn::Pat) -> Option<String> {
+    match pat {
+        syn::Pat::Ident(p) if p.subpat.is_none() => Some(p.ident.to_string()),
+        syn::Pat::Type(t) => let_name(&t.pat),
+        _ => None,
+    }
+}
+
+/// The expression of a statement that could continue a chain: a `let` initializer or an
+/// expression statement, with the name the `let` binds.
+fn stmt_expr(stmt: &syn::Stmt) -> Option<(Option<String>, &Expr)> {
+    match stmt {
+        syn::Stmt::Local(local) => {
+            let init = local.init.as_ref()?;
+            Some((let_name(&local.pat), &init.expr))
+        }
+        syn::Stmt::Expr(expr, _) => Some((None, expr)),
+        _ => None,
+    }
+}
+
+impl<'a> ChainWalker<'_, 'a> {
+    /// Follows a chain rooted at `DataLoaderBuilder::new` from statement `i` of `stmts`.
+    fn follow(&mut self, stmts: &'a [syn::Stmt], i: usize, start: &'a Expr) {
+        let (root, methods) = unroll(strip_try(start));
+        let Some((call, path)) = builder_new_call(root) else {
+            return;
+        };
+        let at = call.span().byte_range().start;
+        if self.claimed.contains(&at) {
+            return;
+        }
+        self.claimed.push(at);
+        let mut all: Vec<&'a ExprMethodCall> = methods;
+        if all.last().is_some_and(|m| m.method == "build") {
+            self.chains.push(LoaderChain {
+                file: self.file,
+                new_path: path,
+                methods: all,
+            });
+            return;
+        }
+        // Not built in this expression: follow the binding it is stored in.
+        let Some((Some(mut name), _)) = stmt_expr(&stmts[i]) else {
+            return;
+        };
+        for stmt in &stmts[i + 1..] {
+            let Some((bound, expr)) = stmt_expr(stmt) else {
+                continue;
+            };
+            let (root, methods) = unroll(strip_try(expr));
+            if root_name(root).as_deref() != Some(name.as_str()) || methods.is_empty() {
+                // The binding is rebound to something else: stop following it.
+                if bound.as_deref() == Some(name.as_str()) {
+                    return;
+                }
+                continue;
+            }
+            all.extend(methods);
+            if all.last().is_some_and(|m| m.method == "build") {
+                self.chains.push(LoaderChain {
+                    file: self.file,
+                    new_path: path,
+                    methods: all,
+                });
+                return;
+            }
+            match bound {
+                Some(next) => name = next,
+                // Used without being stored or built (passed on): not judged.
+                None => return,
+            }
+        }
+    }
+}
+
+fn strip_try(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Try(t) => strip_try(&t.expr),
+        _ => expr,
+    }
+}
+
+impl<'a> Visit<'a> for ChainWalker<'_, 'a> {
+    fn visit_block(&mut self, block: &'a syn::Block) {
+        for (i, stmt) in block.stmts.iter().enumerate() {
+            if let Some((_, expr)) = stmt_expr(stmt) {
+                self.follow(&block.stmts, i, expr);
+            }
+        }
+        visit::visit_block(self, block);
+    }
+
+    fn visit_expr_method_call(&mut self, m: &'a ExprMethodCall) {
+        // A chain nested in a larger expression (`Arc::new(DataLoaderBuilder::new(b)...build(d))`,
+        // a closure's body): judged when it ends in `build`.
+        if m.method == "build" {
+            self.follow_nested(m);
+        }
+        visit::visit_expr_method_call(self, m);
+    }
+
+    // Nested functions are walked on their own turn.
+    fn visit_item_fn(&mut self, _item: &'a syn::ItemFn) {}
+    fn visit_item_impl(&mut self, _item: &'a syn::ItemImpl) {}
+}
+
+impl<'a> ChainWalker<'_, 'a> {
+    fn follow_nested(&mut self, build: &'a ExprMethodCall) {
+        let mut methods = vec![build];
+        let mut cur: &'a Expr = &build.receiver;
+        loop {
+            match cur {
+                Expr::MethodCall(m) => {
+                    methods.push(m);
+                    cur = &m.receiver;
+                }
+                Expr::Paren(p) => cur = &p.expr,
+                Expr::Group(g) => cur = &g.expr,
+                _ => break,
+            }
+        }
+        let Some((call, path)) = builder_new_call(cur) else {
+            return;
+        };
+        let at = call.span().byte_range().start;
+        if self.claimed.contains(&at) {
+            return;
+        }
+        self.claimed.push(at);
+        methods.reverse();
+        self.chains.push(LoaderChain {
+            file: self.file,
+            new_path: path,
+            methods,
+        });
+    }
+}

@@ -1,0 +1,366 @@
+//! PK502 `small-batch-size`: a literal training batch size below `min-batch-size`.
+
+use proc_macro2::Span;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::visit::{self, Visit};
+use syn::{Expr, Token};
+
+use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
+use crate::rules::pk301::int_literal;
+use crate::rules::{Finding, Rule, RuleMeta};
+
+crate::declare_rule! {
+    /// ## What it does
+    /// Flags a literal training batch size below the configured minimum (`min-batch-size`,
+    /// default 16).
+    ///
+    /// Recognized forms:
+    ///
+    /// - a builder call: `.batch_size(8)` (burn `DataLoaderBuilder`, candle `Batcher`, ...),
+    ///   `.with_batch_size(8)` (burn `Config`), `.set_batch_size(8)`;
+    /// - tch data iterators: `dataset.train_iter(8)`, `Iter2::new(&xs, &ys, 8)`;
+    /// - a constant, static or struct field named like a batch size (`batch_size`, `BATCH_SIZE`,
+    ///   `train_batch_size`, ...) set to a literal: `const BATCH_SIZE: usize = 8;`,
+    ///   `Config { batch_size: 8, .. }`; a local `let batch_size = 8;` in a function that has a
+    ///   step loop (or is called from one);
+    /// - the default of such a field: burn's `#[config(default = 8)]`, clap's
+    ///   `#[arg(default_value_t = 8)]` / `#[arg(default_value = "8")]`.
+    ///
+    /// Not flagged: crates that only ever name CPU devices; names that say the batches are not
+    /// training batches (containing `valid`, `val_`, `eval`, `test`, `infer`, `predict`) or are
+    /// deliberately small (`micro`, used with gradient accumulation); a batch size that is not a
+    /// literal; zero (usually "unset"); test code.
+    ///
+    /// ## Why is this bad?
+    /// With a handful of samples per step, each kernel gets too little work to fill the GPU, and the
+    /// fixed cost of a step (kernel launches, the optimizer update, gradient bookkeeping, data loading
+    /// and host synchronisation) is paid for very few samples: throughput falls far below what the
+    /// hardware can do. Larger batches (tuned up to what memory and convergence allow, with the
+    /// learning rate scaled accordingly, or gradient accumulation when memory is the limit) keep the
+    /// device busy.
+    ///
+    /// ## Configuration
+    /// `min-batch-size` in `perfkit.toml` (or `[package.metadata.perfkit]`) sets the threshold; a
+    /// batch size equal to it is not flagged.
+    ///
+    /// ## Example
+    /// ```rust,ignore
+    /// const BATCH_SIZE: usize = 4;
+    /// ```
+    ///
+    /// Use instead:
+    /// ```rust,ignore
+    /// const BATCH_SIZE: usize = 64;
+    /// ```
+    pub SmallBatchSize {
+        code: "PK502",
+        name: "small-batch-size",
+        severity: Warning,
+        fixable: false,
+    }
+}
+
+impl Rule for SmallBatchSize {
+    fn meta(&self) -> &'static RuleMeta {
+        Self::meta_static()
+    }
+
+    fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        let min = u64::try_from(cx.min_batch_size()).unwrap_or(u64::MAX);
+        // A crate that names only CPU devices does not feed a GPU: small batches are its own choice.
+        let (mut cpu, mut gpu) = (0, 0);
+        for file in cx.files() {
+            cpu += file.facts.device.cpu;
+            gpu += file.facts.device.gpu;
+            for f in file.facts.fns.iter().filter(|f| !f.is_test) {
+                cpu += f.device.cpu;
+                gpu += f.device.gpu;
+            }
+        }
+        if cpu > 0 && gpu == 0 {
+            return;
+        }
+        let report = |out: &mut Vec<Finding>, file: FileId, span: Span, value: u64| {
+            if value == 0 || value >= min || cx.is_test_code(file, span) {
+                return;
+            }
+            out.push(Finding::new(
+                file,
+                cx.region(span),
+                format!("batch size {value} is below the minimum of {min}"),
+                format!(
+                    "train with at least {min} samples per step (scale the batch up until memory or \
+                     convergence limits it, or accumulate gradients), or lower `min-batch-size` in \
+                     perfkit.toml if small batches are intended"
+                ),
+            ));
+        };
+        for crate_file in cx.files() {
+            let file = crate_file.id;
+            let tch = cx.uses(file, Framework::Tch);
+            for call in &crate_file.facts.calls {
+                if call.in_test || call.in_macro {
+                    continue;
+                }
+                let arg = match call.call {
+                    CallRef::Method(m) => {
+                        let name = m.method.to_string();
+                        match name.as_str() {
+                            "batch_size" | "with_batch_size" | "set_batch_size"
+                                if m.args.len() == 1 =>
+                            {
+                                m.args.first()
+                            }
+                            "train_iter" if tch && m.args.len() == 1 => m.args.first(),
+                            _ => None,
+                        }
+                    }
+                    CallRef::Path(c, path) => {
+                        let n = path.segments.len();
+                        let is_iter2 = tch
+                            && n >= 2
+                            && path.segments[n - 2].ident == "Iter2"
+                            && path.segments[n - 1].ident == "new";
+                        if is_iter2 && c.args.len() == 3 {
+                            c.args.last()
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(arg) = arg
+                    && let Some(value) = int_literal(arg)
+                {
+                    report(out, file, arg.span(), value);
+                }
+            }
+            for (span, value, local) in named_batch_sizes(crate_file) {
+                // A local `let batch_size = 1;` is only a training batch size in a function that
+                // trains: elsewhere it is usually an inference or tensor-shape detail.
+                if local && !in_training_fn(cx, crate_file, span) {
+                    continue;
+                }
+                report(out, file, span, value);
+            }
+        }
+    }
+}
+
+/// Whether a name designates a training batch size.
+fn is_batch_size_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let named =
+        lower == "batch_size" || lower.ends_with("_batch_size") || lower.starts_with("batch_size_");
+    let excluded = ["valid", "val_", "eval", "test", "infer", "predict", "micro"]
+        .iter()
+        .any(|word| lower.contains(word));
+    named && !excluded
+}
+
+/// Whether `span` lies in a function that has a step loop (or is called from one).
+fn in_training_fn(cx: &CrateContext<'_>, file: &CrateFile<'_>, span: Span) -> bool {
+    let at = span.byte_range().start;
+    let Some(f) = file
+        .facts
+        .fns
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.block.span().byte_range().contains(&at))
+        .min_by_key(|(_, f)| f.block.span().byte_range().len())
+        .map(|(i, _)| i)
+    else {
+        return false;
+    };
+    file.facts
+        .calls
+        .iter()
+        .filter(|c| c.fn_idx == Some(f))
+        .any(|c| cx.step_loop(file.id, c).is_some())
+}
+
+/// Literal batch sizes bound to batch-size names in a file: (span of the literal, value, whether it
+/// is a local `let`).
+fn named_batch_sizes(file: &CrateFile<'_>) -> Vec<(Span, u64, bool)> {
+    let source = file.source();
+    // Cheap filter: no such name, no need to walk the tree.
+    if !source.contains("batch_size") && !source.contains("BATCH_SIZE") {
+        return Vec::new();
+    }
+    let mut finder = NamedFinder { found: Vec::new() };
+    finder.visit_file(file.ast());
+    finder.found
+}
+
+struct NamedFinder {
+    found: Vec<(Span, u64, bool)>,
+}
+
+impl NamedFinder {
+    fn literal(&mut self, expr: &Expr) {
+        if let Some(value) = int_literal(expr) {
+            self.found.push((expr.span(), value, false));
+        }
+    }
+
+    /// `#[config(default = 8)]`, `#[arg(long, default_value_t = 8)]`, `#[arg(default_value = "8")]`.
+    fn default_attr(&mut self, attr: &syn::Attribute) {
+        let Some(last) = attr.path().segments.last() else {
+            return;
+        };
+        let known = ["config", "arg", "clap", "structopt", "argh", "option"]
+            .iter()
+            .any(|name| last.ident == name);
+        if !known {
+            return;
+        }
+        let Ok(metas) = attr.parse_args_with(Punctuated::<syn::Meta, Token![,]>::parse_terminated)
+        else {
+            return;
+        };
+        for meta in metas {
+            let syn::Meta::NameValue(nv) = meta else {
+                continue;
+            };
+            let is_default = ["default", "default_value_t", "default_value"]
+                .iter()
+                .any(|name| nv.path.is_ident(name));
+            if !is_default {
+                continue;
+            }
+            match &nv.value {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => {
+                    if let Ok(value) = s.value().trim().parse::<u64>() {
+                        self.found.push((s.span(), value, false));
+                    }
+                }
+                value => self.literal(value),
+            }
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for NamedFinder {
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if let Some(name) = binding_name(&local.pat)
+            && is_batch_size_name(&name)
+            && let Some(init) = &local.init
+            && let Some(value) = int_literal(&init.expr)
+        {
+            self.found.push((init.expr.span(), value, true));
+        }
+        visit::visit_local(self, local);
+    }
+
+    fn visit_item_const(&mut self, item: &'ast syn::ItemConst) {
+        if is_batch_size_name(&item.ident.to_string()) {
+            self.literal(&item.expr);
+        }
+        visit::visit_item_const(self, item);
+    }
+
+    fn visit_item_static(&mut self, item: &'ast syn::ItemStatic) {
+        if is_batch_size_name(&item.ident.to_string()) {
+            self.literal(&item.expr);
+        }
+        visit::visit_item_static(self, item);
+    }
+
+    fn visit_impl_item_const(&mut self, item: &'ast syn::ImplItemConst) {
+        if is_batch_size_name(&item.ident.to_string()) {
+            self.literal(&item.expr);
+        }
+        visit::visit_impl_item_const(self, item);
+    }
+
+    fn visit_field_value(&mut self, field: &'ast syn::FieldValue) {
+        if let syn::Member::Named(ident) = &field.member
+            && field.colon_token.is_some()
+            && is_batch_size_name(&ident.to_string())
+        {
+            self.literal(&field.expr);
+        }
+        visit::visit_field_value(self, field);
+    }
+
+    fn visit_field(&mut self, field: &'ast syn::Field) {
+        if let Some(ident) = &field.ident
+            && is_batch_size_name(&ident.to_string())
+        {
+            for attr in &field.attrs {
+                self.default_attr(attr);
+            }
+        }
+        visit::visit_field(self, field);
+    }
+}
+
+fn binding_name(pat: &syn::Pat) -> Option<String> {
+    match pat {
+        syn::Pat::Ident(p) => Some(p.ident.to_string()),
+        syn::Pat::Type(t) => binding_name(&t.pat),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{LintOptions, lint};
+
+    const SOURCE: &str = "const BATCH_SIZE: usize = 8;\nconst EVAL_BATCH_SIZE: usize = 1;\n\
+                          pub fn loader(b: Builder) -> Builder { b.batch_size(12) }\n";
+
+    fn pk502_lines(config: Option<&str>) -> Vec<usize> {
+        pk502_lines_of(SOURCE, config)
+    }
+
+    fn pk502_lines_of(source: &str, config: Option<&str>) -> Vec<usize> {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            tmp.path().join("Cargo.toml"),
+            "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        )
+        .expect("manifest");
+        if let Some(config) = config {
+            std::fs::write(tmp.path().join("perfkit.toml"), config).expect("config");
+        }
+        std::fs::create_dir(tmp.path().join("src")).expect("src");
+        std::fs::write(tmp.path().join("src/lib.rs"), source).expect("source");
+        let report = lint(&LintOptions::new([tmp.path()])).expect("lint runs");
+        report
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == "PK502")
+            .map(|d| d.region.line)
+            .collect()
+    }
+
+    #[test]
+    fn default_threshold_is_sixteen() {
+        assert_eq!(pk502_lines(None), vec![1, 3]);
+    }
+
+    #[test]
+    fn threshold_comes_from_the_configuration() {
+        assert_eq!(pk502_lines(Some("min-batch-size = 10\n")), vec![1]);
+        assert_eq!(
+            pk502_lines(Some("min-batch-size = 8\n")),
+            Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn cpu_only_crate_is_not_flagged() {
+        let cpu = format!(
+            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::Cpu }}\n"
+        );
+        assert_eq!(pk502_lines_of(&cpu, None), Vec::<usize>::new());
+        let gpu = format!(
+            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::cuda_if_available(0).unwrap() }}\n"
+        );
+        assert_eq!(pk502_lines_of(&gpu, None), vec![1, 3]);
+    }
+}

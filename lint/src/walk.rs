@@ -1,0 +1,146 @@
+//! Finding the files to lint: `.rs` files under the given paths, honouring `.gitignore` and skipping
+//! `target/` directories; grouping them into crates (the nearest `Cargo.toml` above each file).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::diagnostic::FileError;
+
+/// What the walk found.
+pub(crate) struct Walked {
+    /// Files to lint, with the input path index they were found under.
+    pub files: Vec<PathBuf>,
+    /// Paths that could not be walked (missing path, symlink loop, permission).
+    pub errors: Vec<FileError>,
+}
+
+/// Walks `paths`. A file given explicitly is linted whatever its extension.
+pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for root in paths {
+        let meta = match std::fs::metadata(root) {
+            Ok(meta) => meta,
+            Err(err) => {
+                errors.push(FileError {
+                    path: root.clone(),
+                    message: io_message(&err),
+                    line: None,
+                });
+                continue;
+            }
+        };
+        if meta.is_file() {
+            files.push(root.clone());
+            continue;
+        }
+        let walker = ignore::WalkBuilder::new(root)
+            .follow_links(true)
+            .require_git(false)
+            .filter_entry(|entry| {
+                // `target/` holds build output, never sources to lint.
+                !(entry.file_type().is_some_and(|t| t.is_dir()) && entry.file_name() == "target")
+            })
+            .build();
+        for entry in walker {
+            match entry {
+                Ok(entry) => {
+                    let is_file = entry.file_type().is_some_and(|t| t.is_file());
+                    if is_file && entry.path().extension().is_some_and(|e| e == "rs") {
+                        files.push(entry.into_path());
+                    }
+                }
+                Err(err) => errors.push(walk_error(root, &err)),
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    Walked { files, errors }
+}
+
+fn walk_error(root: &Path, err: &ignore::Error) -> FileError {
+    let path = error_path(err).unwrap_or_else(|| root.to_path_buf());
+    let message = match loop_ancestor(err) {
+        Some(ancestor) => format!(
+            "symbolic link loop (points back to {}), not followed",
+            ancestor.display()
+        ),
+        None => err.to_string(),
+    };
+    FileError {
+        path,
+        message,
+        line: None,
+    }
+}
+
+fn error_path(err: &ignore::Error) -> Option<PathBuf> {
+    match err {
+        ignore::Error::WithPath { path, .. } => Some(path.clone()),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        ignore::Error::Loop { child, .. } => Some(child.clone()),
+        _ => None,
+    }
+}
+
+fn loop_ancestor(err: &ignore::Error) -> Option<PathBuf> {
+    match err {
+        ignore::Error::Loop { ancestor, .. } => Some(ancestor.clone()),
+        ignore::Error::WithPath { err, .. }
+        | ignore::Error::WithDepth { err, .. }
+        | ignore::Error::WithLineNumber { err, .. } => loop_ancestor(err),
+        _ => None,
+    }
+}
+
+/// A short, stable message for an I/O error.
+pub(crate) fn io_message(err: &std::io::Error) -> String {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => err.to_string(),
+    }
+}
+
+/// Maps files to their crate root: the directory of the nearest `Cargo.toml` above them, or the file
+/// itself when there is none. Directory lookups are cached.
+pub(crate) struct CrateFinder {
+    cache: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl CrateFinder {
+    pub(crate) fn new() -> CrateFinder {
+        CrateFinder {
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The crate root of `file` (its package directory, or the file itself).
+    pub(crate) fn crate_of(&mut self, file: &Path) -> PathBuf {
+        let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+        let dir = absolute.parent().map(Path::to_path_buf).unwrap_or_default();
+        match self.package_dir(&dir) {
+            Some(package) => package,
+            None => absolute,
+        }
+    }
+
+    fn package_dir(&mut self, dir: &Path) -> Option<PathBuf> {
+        if let Some(found) = self.cache.get(dir) {
+            return found.clone();
+        }
+        let found = if dir.join("Cargo.toml").is_file() {
+            Some(dir.to_path_buf())
+        } else {
+            match dir.parent() {
+                Some(parent) if parent != dir => self.package_dir(parent),
+                _ => None,
+            }
+        };
+        self.cache.insert(dir.to_path_buf(), found.clone());
+        found
+    }
+}

@@ -1,0 +1,476 @@
+//! The engine end to end: walking, crates, configuration, suppressions, per-file errors and
+//! pathological input. Inputs are generated in temporary directories.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use perfkit_lint::{LintError, LintOptions, LintReport, Severity, lint};
+
+/// A candle training loop with one readback per step (PK101 at line 9) and one per epoch under
+/// a guard (line 11).
+const CANDLE_LOOP: &str = r#"use candle_core::{DType, Device, Tensor};
+
+pub fn train(model: &Model, opt: &mut Opt, batches: &[Tensor]) -> candle_core::Result<()> {
+    let device = Device::cuda_if_available(0)?;
+    for (step, batch) in batches.iter().enumerate() {
+        let batch = batch.to_device(&device)?.to_dtype(DType::BF16)?;
+        let loss = model.loss(&batch)?;
+        opt.backward_step(&loss)?;
+        let value = loss.to_scalar::<f32>()?;
+        if step % 100 == 0 {
+            println!("{value} {}", loss.to_vec0::<f32>()?);
+        }
+    }
+    Ok(())
+}
+"#;
+
+fn write(path: &Path, text: &str) {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).expect("create dirs");
+    }
+    fs::write(path, text).expect("write file");
+}
+
+fn package(dir: &Path, extra_toml: &str) {
+    write(
+        &dir.join("Cargo.toml"),
+        &format!(
+            "[package]\nname = \"t\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n[dependencies]\ncandle-core = \"0.9\"\n{extra_toml}"
+        ),
+    );
+}
+
+/// Lints with the rules these tests are about (PK000 and the step-loop rules PK1xx).
+fn run(paths: &[&Path]) -> LintReport {
+    let options = LintOptions::new(paths.iter().map(|p| p.to_path_buf())).select(["PK0", "PK1"]);
+    lint(&options).expect("lint runs")
+}
+
+fn codes_at(report: &LintReport, file: &str) -> Vec<(usize, &'static str, Severity)> {
+    report
+        .diagnostics
+        .iter()
+        .filter(|d| d.path.ends_with(file))
+        .map(|d| (d.region.line, d.code, d.severity))
+        .collect()
+}
+
+#[test]
+fn a_training_loop_is_found_and_guards_lower_to_note() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 1);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        codes_at(&report, "train.rs"),
+        vec![
+            (9, "PK101", Severity::Warning),
+            (11, "PK101", Severity::Note)
+        ]
+    );
+    let first = &report.diagnostics[0];
+    assert_eq!((first.region.column, first.region.end_column), (26, 35));
+}
+
+#[test]
+fn bad_files_become_errors_and_the_rest_is_still_linted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    write(
+        &dir.path().join("src/broken.rs"),
+        "fn ok() {}\n\nfn broken( {\n",
+    );
+    fs::write(dir.path().join("src/binary.rs"), b"\x7fELF\x00\x00\x01").expect("write");
+    fs::write(
+        dir.path().join("src/latin1.rs"),
+        b"// ok\n// caf\xe9\nfn f() {}\n",
+    )
+    .expect("write");
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 4);
+    let errors: Vec<(String, Option<usize>, &str)> = report
+        .errors
+        .iter()
+        .map(|e| {
+            let name = e
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (name, e.line, e.message.as_str())
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(
+        errors[0].0 == "binary.rs" && errors[0].2.contains("binary"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].0 == "broken.rs" && errors[1].2.starts_with("syntax error"),
+        "{errors:?}"
+    );
+    assert_eq!(errors[1].1, Some(3), "{errors:?}");
+    assert!(
+        errors[2].0 == "latin1.rs" && errors[2].2.contains("UTF-8"),
+        "{errors:?}"
+    );
+    assert_eq!(errors[2].1, Some(2));
+    // The good file is still linted.
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let depth = 10_000;
+    // Brackets: caught before parsing.
+    let parens = format!(
+        "fn f() -> i32 {{ {}1{} }}\n",
+        "(".repeat(depth),
+        ")".repeat(depth)
+    );
+    write(&dir.path().join("parens.rs"), &parens);
+    // Prefix operators: no brackets, parsed recursively by syn, bounded by the analysis.
+    let unary = format!("fn g() -> i32 {{ {}1 }}\n", "- ".repeat(depth));
+    write(&dir.path().join("unary.rs"), &unary);
+    // A long method chain and a long sum: deep left-nested trees.
+    let chain = format!("fn h(x: T) -> T {{ x{} }}\n", ".clone()".repeat(depth));
+    write(&dir.path().join("chain.rs"), &chain);
+    let sum = format!("fn s() -> i32 {{ 0{} }}\n", " + 1".repeat(depth));
+    write(&dir.path().join("sum.rs"), &sum);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 4);
+    assert_eq!(report.errors.len(), 4, "{:?}", report.errors);
+    for error in &report.errors {
+        assert!(error.message.contains("nesting too deep"), "{error:?}");
+        assert_eq!(error.line, Some(1), "{error:?}");
+    }
+}
+
+#[test]
+fn a_huge_file_is_reported_without_being_parsed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("huge.rs");
+    let line = "pub const X: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, 8];\n";
+    let mut text = String::with_capacity(50 * 1024 * 1024 + line.len());
+    while text.len() < 50 * 1024 * 1024 {
+        text.push_str(line);
+    }
+    fs::write(&path, text).expect("write");
+    write(&dir.path().join("train.rs"), CANDLE_LOOP);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    assert!(
+        report.errors[0].message.contains("too large"),
+        "{:?}",
+        report.errors
+    );
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_symlink_loop_is_reported_and_the_walk_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = dir.path().join("src/nested");
+    fs::create_dir_all(&sub).expect("mkdir");
+    std::os::unix::fs::symlink(dir.path().join("src"), sub.join("back")).expect("symlink");
+    std::os::unix::fs::symlink("self.rs", dir.path().join("self.rs")).expect("symlink");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    let report = run(&[dir.path()]);
+    assert_eq!(
+        codes_at(&report, "train.rs").len(),
+        2,
+        "{:?}",
+        report.diagnostics
+    );
+    assert!(
+        report.errors.iter().any(|e| e.message.contains("loop")),
+        "{:?}",
+        report.errors
+    );
+    // The self-referencing link, given directly, is an error too.
+    let report = run(&[&dir.path().join("self.rs")]);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+}
+
+#[test]
+fn missing_paths_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = run(&[&dir.path().join("nope")]);
+    assert_eq!(report.errors.len(), 1);
+    assert_eq!(report.errors[0].message, "no such file or directory");
+}
+
+#[test]
+fn gitignore_and_target_are_honoured() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join(".gitignore"), "generated/\n");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    write(&dir.path().join("generated/train.rs"), CANDLE_LOOP);
+    write(&dir.path().join("target/debug/build/train.rs"), CANDLE_LOOP);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 1);
+    assert!(
+        report
+            .diagnostics
+            .iter()
+            .all(|d| d.path.ends_with("src/train.rs"))
+    );
+}
+
+#[test]
+fn suppressions_on_the_line_above_and_file_wide_and_unused_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    let same_line = CANDLE_LOOP.replace(
+        "let value = loss.to_scalar::<f32>()?;",
+        "let value = loss.to_scalar::<f32>()?; // perfkit: allow(PK101)",
+    );
+    write(&dir.path().join("src/a.rs"), &same_line);
+    let line_above = CANDLE_LOOP.replace(
+        "        let value = loss.to_scalar::<f32>()?;",
+        "        // perfkit: allow(pk101, PK102)\n        let value = loss.to_scalar::<f32>()?;",
+    );
+    write(&dir.path().join("src/b.rs"), &line_above);
+    let file_wide = format!("// perfkit: allow-file(PK101)\n{CANDLE_LOOP}");
+    write(&dir.path().join("src/c.rs"), &file_wide);
+    let report = run(&[dir.path()]);
+    assert_eq!(
+        codes_at(&report, "a.rs"),
+        vec![(11, "PK101", Severity::Note)]
+    );
+    // PK102 names nothing on that line: reported as an unused suppression.
+    assert_eq!(
+        codes_at(&report, "b.rs"),
+        vec![(9, "PK000", Severity::Note), (12, "PK101", Severity::Note)]
+    );
+    let unused = report
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "PK000")
+        .expect("PK000");
+    assert!(unused.message.contains("PK102"), "{}", unused.message);
+    assert_eq!(codes_at(&report, "c.rs"), vec![]);
+}
+
+#[test]
+fn config_from_perfkit_toml_and_cargo_metadata() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // perfkit.toml: severity override and an extra step marker.
+    let a = dir.path().join("a");
+    package(&a, "");
+    write(&a.join("perfkit.toml"), "[severity]\nPK101 = \"error\"\n");
+    write(&a.join("src/train.rs"), CANDLE_LOOP);
+    // Cargo.toml metadata: PK1 ignored.
+    let b = dir.path().join("b");
+    package(&b, "\n[package.metadata.perfkit]\nignore = [\"PK1\"]\n");
+    write(&b.join("src/train.rs"), CANDLE_LOOP);
+    let report = lint(&LintOptions::new([a.clone(), b.clone()])).expect("lint");
+    let a_codes: Vec<_> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.path.starts_with(&a))
+        .map(|d| d.severity)
+        .collect();
+    assert_eq!(a_codes, vec![Severity::Error, Severity::Note]);
+    assert!(report.diagnostics.iter().all(|d| !d.path.starts_with(&b)));
+    // The command line selects on top of the configuration.
+    let options = LintOptions::new([b.clone()]).select(["PK101"]);
+    let report = lint(&options).expect("lint");
+    assert_eq!(report.diagnostics.len(), 2);
+}
+
+#[test]
+fn configured_step_markers_and_exclude_globs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(
+        &dir.path().join("perfkit.toml"),
+        "step-markers = [\"apply_gradients\"]\nexclude = [\"src/generated\"]\n",
+    );
+    let custom = CANDLE_LOOP.replace(
+        "opt.backward_step(&loss)?;",
+        "trainer.apply_gradients(&loss)?;",
+    );
+    write(&dir.path().join("src/train.rs"), &custom);
+    write(&dir.path().join("src/generated/train.rs"), CANDLE_LOOP);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 1);
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+}
+
+#[test]
+fn config_errors_name_the_key_and_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    write(&dir.path().join("perfkit.toml"), "selcet = [\"PK1\"]\n");
+    let err = lint(&LintOptions::new([dir.path()])).expect_err("unknown key");
+    let text = err.to_string();
+    assert!(
+        text.contains("selcet") && text.contains("perfkit.toml"),
+        "{text}"
+    );
+    write(
+        &dir.path().join("perfkit.toml"),
+        "[severity]\nPK999 = \"error\"\n",
+    );
+    let text = lint(&LintOptions::new([dir.path()]))
+        .expect_err("unknown code")
+        .to_string();
+    assert!(
+        text.contains("PK999") && text.contains("perfkit.toml"),
+        "{text}"
+    );
+    let err = lint(
+        &LintOptions::new([dir.path()])
+            .select(["PK9"])
+            .config_file(dir.path().join("Cargo.toml")),
+    )
+    .expect_err("bad flag");
+    assert!(
+        matches!(
+            err,
+            LintError::UnknownCode {
+                flag: "--select",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn crates_are_packages_and_calls_resolve_only_inside_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Package one: the loop calls `log_loss`, defined in another file of the same package.
+    let one = dir.path().join("one");
+    package(&one, "");
+    write(
+        &one.join("src/train.rs"),
+        "pub fn train(opt: &mut O, xs: &[T]) { for x in xs { let loss = x.loss(); opt.backward_step(&loss); log_loss(&loss); } }\n",
+    );
+    write(
+        &one.join("src/log.rs"),
+        "use candle_core::Tensor;\npub fn log_loss(loss: &Tensor) { println!(\"{}\", loss.to_scalar::<f32>().unwrap()); }\n",
+    );
+    // Package two has its own `log_loss`, never called from a step loop.
+    let two = dir.path().join("two");
+    package(&two, "");
+    write(
+        &two.join("src/log.rs"),
+        "use candle_core::Tensor;\npub fn log_loss(loss: &Tensor) { println!(\"{}\", loss.to_scalar::<f32>().unwrap()); }\n",
+    );
+    // A lone file with no Cargo.toml above it in the temp dir is a crate of its own.
+    let report = run(&[dir.path()]);
+    let hits: Vec<&PathBuf> = report.diagnostics.iter().map(|d| &d.path).collect();
+    assert_eq!(hits.len(), 1, "{:?}", report.diagnostics);
+    assert!(hits[0].ends_with("one/src/log.rs"));
+    let note = &report.diagnostics[0].notes[0];
+    assert!(
+        note.contains("train.rs:1") && note.contains("`log_loss`"),
+        "{note}"
+    );
+}
+
+#[test]
+fn results_do_not_depend_on_the_number_of_threads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..12 {
+        let pkg = dir.path().join(format!("p{i}"));
+        package(&pkg, "");
+        write(&pkg.join("src/train.rs"), CANDLE_LOOP);
+        write(&pkg.join("src/other.rs"), "pub fn f() {}\n");
+    }
+    let one = lint(&LintOptions::new([dir.path()]).jobs(1)).expect("lint");
+    let two = lint(&LintOptions::new([dir.path()]).jobs(2)).expect("lint");
+    assert_eq!(one.diagnostics, two.diagnostics);
+    assert_eq!(one.diagnostics.len(), 24);
+    let mut sorted = one.diagnostics.clone();
+    sorted.sort_by(|a, b| (&a.path, a.region.line).cmp(&(&b.path, b.region.line)));
+    assert_eq!(sorted, one.diagnostics);
+    assert!(lint(&LintOptions::new([dir.path()]).jobs(0)).is_err());
+}
+
+#[test]
+fn progress_reports_every_file() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..5 {
+        write(&dir.path().join(format!("f{i}.rs")), "fn main() {}\n");
+    }
+    let last = Arc::new(AtomicUsize::new(0));
+    let seen = last.clone();
+    let options = LintOptions::new([dir.path()]).progress(Arc::new(move |done, total| {
+        assert!(done <= total);
+        seen.fetch_max(done, Ordering::SeqCst);
+    }));
+    let report = lint(&options).expect("lint");
+    assert_eq!(report.files_scanned, 5);
+    assert_eq!(last.load(Ordering::SeqCst), 5);
+}
+
+#[test]
+fn recursive_callees_terminate_and_report_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(
+        &dir.path().join("src/lib.rs"),
+        r#"use candle_core::{DType, Tensor};
+fn ping(t: &Tensor, n: usize) -> f32 { if n == 0 { 0.0 } else { pong(t, n - 1) } }
+fn pong(t: &Tensor, n: usize) -> f32 { t.to_dtype(DType::BF16).unwrap(); t.to_scalar::<f32>().unwrap() + ping(t, n) }
+pub fn train(opt: &mut O, xs: &[Tensor]) {
+    for x in xs {
+        opt.backward_step(x).unwrap();
+        ping(x, 3);
+    }
+}
+"#,
+    );
+    let report = run(&[dir.path()]);
+    assert_eq!(
+        codes_at(&report, "lib.rs"),
+        vec![(3, "PK101", Severity::Warning)]
+    );
+    let note = &report.diagnostics[0].notes[0];
+    assert!(note.contains("`ping` -> `pong`"), "{note}");
+}
+
+#[test]
+fn validation_loops_and_other_examples_are_not_step_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    // An epoch loop with a training loop and a validation loop: only the training loop is per step.
+    write(
+        &dir.path().join("examples/train/main.rs"),
+        r#"use candle_core::{DType, Tensor};
+fn main() {
+    let xs: Vec<Tensor> = Vec::new();
+    for _epoch in 0..10 {
+        for x in &xs {
+            opt.backward_step(&x.to_dtype(DType::BF16).unwrap()).unwrap();
+            helper();
+        }
+        for x in &xs {
+            println!("{}", x.to_scalar::<f32>().unwrap());
+        }
+    }
+}
+fn helper() {}
+"#,
+    );
+    // Another example with a `helper` that reads back: not reachable from the first example.
+    write(
+        &dir.path().join("examples/other.rs"),
+        "use candle_core::Tensor;\nfn helper() { let t: Tensor = todo(); t.to_vec1::<f32>().unwrap(); }\nfn main() {}\n",
+    );
+    let report = run(&[dir.path()]);
+    assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
+}
