@@ -10,6 +10,8 @@
 //!
 //! [severity]
 //! PK101 = "error"                  # note | warning | error | off
+//!
+//! [profile]                        # runtime thresholds of `perfkit profile`; the linter skips it
 //! ```
 
 use std::collections::BTreeMap;
@@ -139,10 +141,20 @@ impl Config {
                         config.severity.insert(code.to_ascii_uppercase(), level);
                     }
                 }
+                // Runtime thresholds of `perfkit profile`/`perfkit check`: read by the reports,
+                // not by the linter.
+                "profile" => {
+                    if !value.is_table() {
+                        return Err(err(
+                            "`profile` must be a table (`[profile]`, the runtime thresholds)"
+                                .into(),
+                        ));
+                    }
+                }
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}` (expected select, ignore, severity, step-markers, \
-                         min-batch-size or exclude)"
+                         min-batch-size, exclude or a [profile] table)"
                     )));
                 }
             }
@@ -320,6 +332,39 @@ mod tests {
             .expect_err("glob")
             .to_string();
         assert!(text.contains("a["), "{text}");
+    }
+
+    #[test]
+    fn profile_table_is_left_to_the_runtime_rules() {
+        let c = config("ignore = [\"PK502\"]\n[profile]\ngap-ns = 100000\n")
+            .expect("a [profile] table is not a linter error");
+        assert!(!c.is_enabled("PK502", &[], &[]));
+        assert!(c.is_enabled("PK101", &[], &[]));
+        let text = config("profile = 3\n")
+            .expect_err("not a table")
+            .to_string();
+        assert!(text.contains("`profile`"), "{text}");
+        // The Cargo.toml form: `[package.metadata.perfkit.profile]` next to the linter's keys.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cargo = dir.path().join("Cargo.toml");
+        std::fs::write(
+            &cargo,
+            "[package]\nname = \"x\"\nversion = \"0.1.0\"\n\n\
+             [package.metadata.perfkit]\nmin-batch-size = 8\n\n\
+             [package.metadata.perfkit.profile]\ngap-ns = 100000\n",
+        )
+        .expect("write Cargo.toml");
+        assert_eq!(discover(dir.path()).as_deref(), Some(cargo.as_path()));
+        let c = Config::from_file(&cargo).expect("profile table in Cargo.toml metadata");
+        assert_eq!(c.min_batch_size, 8);
+        // Only a profile table: still a valid (default) linter configuration.
+        std::fs::write(
+            &cargo,
+            "[workspace.metadata.perfkit.profile]\ngap-ns = 100000\n",
+        )
+        .expect("write Cargo.toml");
+        let c = Config::from_file(&cargo).expect("only a profile table");
+        assert_eq!(c.min_batch_size, DEFAULT_MIN_BATCH_SIZE);
     }
 
     #[test]

@@ -221,7 +221,7 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
                 continue;
             }
         };
-        let facts = collect_facts(file);
+        let facts = collect_facts(file, is_test_target(&job.root, &file.path));
         if let Some(span) = facts.too_deep {
             let line = span.start().line;
             output.errors.push(FileError {
@@ -390,6 +390,20 @@ fn package_frameworks(root: &Path) -> Frameworks {
 }
 
 /// Reads a file and parses it, or says why not.
+/// Whether `path` belongs to an integration-test or benchmark target of the package at `root`: it
+/// lies under the package's own `tests/` or `benches/` directory (`src/tests/` is library code).
+fn is_test_target(root: &Path, path: &Path) -> bool {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let Ok(relative) = absolute.strip_prefix(root) else {
+        return false;
+    };
+    let mut parts = relative.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(dir)), Some(_)) if dir == "tests" || dir == "benches"
+    )
+}
+
 fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
     let error = |message: String, line: Option<usize>| FileError {
         path: path.to_path_buf(),

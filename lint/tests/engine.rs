@@ -474,3 +474,58 @@ fn helper() {}
     let report = run(&[dir.path()]);
     assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
 }
+
+/// A helper without `#[test]` that hard-codes CUDA device 0 (PK401 at line 4).
+const DEVICE_HELPER: &str =
+    "use candle_core::Device;\n\npub fn gpu() -> Device {\n    Device::new_cuda(0).unwrap()\n}\n";
+
+#[test]
+fn integration_tests_and_benches_are_test_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    for file in [
+        "src/train.rs",
+        "src/tests/train.rs",
+        "tests/common/train.rs",
+        "tests/smoke.rs",
+        "benches/step.rs",
+    ] {
+        write(&dir.path().join(file), CANDLE_LOOP);
+    }
+    for file in [
+        "src/device.rs",
+        "tests/common/device.rs",
+        "benches/device.rs",
+    ] {
+        write(&dir.path().join(file), DEVICE_HELPER);
+    }
+    let options = LintOptions::new([dir.path().to_path_buf()]).select(["PK1", "PK401"]);
+    let report = lint(&options).expect("lint runs");
+    assert_eq!(report.files_scanned, 8);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let mut flagged: Vec<(String, usize, &str)> = report
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let rel = d.path.strip_prefix(dir.path()).unwrap_or(&d.path);
+            (
+                rel.to_string_lossy().replace('\\', "/"),
+                d.region.line,
+                d.code,
+            )
+        })
+        .collect();
+    flagged.sort();
+    // Library code (`src/tests/` is a module of the library) is linted; the `tests/` and
+    // `benches/` targets, helpers included, are not.
+    assert_eq!(
+        flagged,
+        vec![
+            ("src/device.rs".to_string(), 4, "PK401"),
+            ("src/tests/train.rs".to_string(), 9, "PK101"),
+            ("src/tests/train.rs".to_string(), 11, "PK101"),
+            ("src/train.rs".to_string(), 9, "PK101"),
+            ("src/train.rs".to_string(), 11, "PK101"),
+        ]
+    );
+}

@@ -14,17 +14,21 @@ use super::{CallFact, CallRef, FileFacts, FnFact, LoopFact, LoopKind, SourceFile
 /// errors ("nesting too deep") instead of risking the stack.
 pub(crate) const MAX_NESTING: usize = 2000;
 
-/// Collects the facts of one parsed file.
-pub(crate) fn collect_facts(file: &SourceFile) -> FileFacts<'_> {
+/// Collects the facts of one parsed file. `test_file`: the file belongs to a test or benchmark
+/// target, so all of it is test code.
+pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_> {
     let mut collector = Collector {
         arena: &file.macro_exprs,
         names: &file.names,
-        facts: FileFacts::default(),
+        facts: FileFacts {
+            test_file,
+            ..FileFacts::default()
+        },
         fn_stack: Vec::new(),
         loop_stack: Vec::new(),
         guard_stack: Vec::new(),
         self_ty: Vec::new(),
-        test_depth: 0,
+        test_depth: usize::from(test_file),
         depth: 0,
         macro_depth: 0,
         device_arg_depth: 0,

@@ -228,6 +228,9 @@ pub struct FileFacts<'a> {
     pub device: DeviceEvidence,
     /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).
     pub test_spans: Vec<Span>,
+    /// The whole file is test code: it belongs to an integration-test or benchmark target (under
+    /// the `tests/` or `benches/` directory of its package), helpers without `#[test]` included.
+    pub test_file: bool,
     /// Set when the tree nests deeper than the analysis follows; the file is reported as an error.
     pub too_deep: Option<Span>,
 }
@@ -398,9 +401,12 @@ impl<'a> CrateContext<'a> {
 
     /// Whether a span lies in test code (`#[test]`/`#[bench]` fn, `#[cfg(test)]` module or impl).
     pub fn is_test_code(&self, file: FileId, span: Span) -> bool {
+        let facts = &self.file(file).facts;
+        if facts.test_file {
+            return true;
+        }
         let at = span.byte_range().start;
-        self.file(file)
-            .facts
+        facts
             .test_spans
             .iter()
             .any(|t| t.byte_range().contains(&at))

@@ -26,7 +26,9 @@ pub(crate) const UPLOAD_CONSTRUCTORS: &[&str] = &[
 crate::declare_rule! {
     /// ## What it does
     /// Flags a tensor uploaded to the device once per sample inside a batching loop or iterator,
-    /// when the per-sample tensors are then joined with `Tensor::cat` / `Tensor::stack`.
+    /// when the per-sample tensors are then joined with `Tensor::cat` / `Tensor::stack`. With raw
+    /// cudarc, the same pattern is a `clone_htod` per sample in code the step loop runs, whose
+    /// buffers are then stacked into the batch buffer with `memcpy_dtod`.
     ///
     /// ## Why is this bad?
     /// Each upload is its own host-to-device copy (and allocation), so a batch of 64 samples costs
@@ -64,11 +66,17 @@ impl Rule for PerSampleUpload {
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
         for file in cx.files() {
             let facts = &file.facts;
-            // Joins per function: (fn index, loop of the join, the call).
+            let cudarc = cx.uses(file.id, Framework::Cudarc);
+            // What assembles a batch: `Tensor::cat`/`stack`, or (raw cudarc) a device-to-device
+            // copy into the batch buffer.
             let joins: Vec<&CallFact<'_>> = facts
                 .calls
                 .iter()
-                .filter(|c| !c.in_test && is_tensor_fn(c, &["cat", "stack", "concat"]))
+                .filter(|c| {
+                    !c.in_test
+                        && (is_tensor_fn(c, &["cat", "stack", "concat"])
+                            || (cudarc && is_device_copy(c)))
+                })
                 .collect();
             if joins.is_empty() {
                 continue;
@@ -78,15 +86,24 @@ impl Rule for PerSampleUpload {
                 let (Some(f), Some(l)) = (call.fn_idx, call.loop_idx) else {
                     continue;
                 };
-                if call.in_test || !is_upload(cx, file.id, call) {
+                if call.in_test {
+                    continue;
+                }
+                let raw = cudarc && is_raw_upload(call);
+                if !raw && !is_upload(cx, file.id, call) {
                     continue;
                 }
                 // The join must be outside the per-sample loop (it assembles the batch afterwards)
-                // and the uploaded tensor must flow into what it joins.
+                // and the uploaded value must flow into what it joins.
                 let Some(join) = joins.iter().find(|j| {
                     j.fn_idx == Some(f)
+                        && is_device_copy(j) == raw
                         && !is_inside_loop(&facts.loops, j, l)
-                        && flows_into_join(cx, file.id, call, j)
+                        && if raw {
+                            flows_into_copy(cx, file.id, call, j)
+                        } else {
+                            flows_into_join(cx, file.id, call, j)
+                        }
                 }) else {
                     continue;
                 };
@@ -95,9 +112,36 @@ impl Rule for PerSampleUpload {
                     continue;
                 }
                 let join_line = cx.region(join.call.name_span()).line;
+                if raw {
+                    // Raw buffers copied together once (weights at start-up, a data set packed
+                    // before training) are not a batch: only code the step loop runs counts.
+                    let Some(hit) = cx.step_loop(file.id, call) else {
+                        continue;
+                    };
+                    out.push(
+                        Finding::new(
+                            file.id,
+                            cx.region(call.call.name_span()),
+                            format!(
+                                "`{}` uploads one sample at a time before the batch is assembled \
+                                 on the device",
+                                call.name
+                            ),
+                            "copy the samples into one (pinned) host buffer and upload the whole \
+                             batch with a single `memcpy_htod`",
+                        )
+                        .with_note(format!(
+                            "the per-sample buffers are copied into the batch with `{}` at line \
+                             {join_line}",
+                            join.name
+                        ))
+                        .in_step_loop(cx, &hit),
+                    );
+                    continue;
+                }
                 let what = match call.call.qualifier() {
-                    Some(q) if !call.call.is_method() => format!("{q}::{}", call.call.name()),
-                    _ => call.call.name().to_string(),
+                    Some(q) if !call.call.is_method() => format!("{q}::{}", call.name),
+                    _ => call.name.to_string(),
                 };
                 out.push(
                     Finding::new(
@@ -109,11 +153,105 @@ impl Rule for PerSampleUpload {
                     )
                     .with_note(format!(
                         "the per-sample tensors are joined with `Tensor::{}` at line {join_line}",
-                        join.call.name()
+                        join.name
                     )),
                 );
             }
         }
+    }
+}
+
+/// A raw cudarc host-to-device copy into a new buffer: `stream.clone_htod(&host[..])`
+/// (`htod_copy`/`htod_sync_copy` in older cudarc).
+fn is_raw_upload(call: &CallFact<'_>) -> bool {
+    call.call.is_method()
+        && call.call.args().len() == 1
+        && matches!(call.name, "clone_htod" | "htod_copy" | "htod_sync_copy")
+}
+
+/// A raw cudarc device-to-device copy `stream.memcpy_dtod(&src, &mut dst)` (`dtod_copy` in older
+/// cudarc): how raw buffers are stacked into a batch buffer.
+fn is_device_copy(call: &CallFact<'_>) -> bool {
+    call.call.is_method()
+        && call.call.args().len() == 2
+        && matches!(call.name, "memcpy_dtod" | "dtod_copy")
+}
+
+/// Whether the buffer `upload` creates is the source of the device copy `copy`: the copy's source
+/// is (an element of) a binding filled by the upload, directly (`&uploads[i]`) or through the
+/// `for` pattern / closure parameter of a loop over that binding
+/// (`for (i, x) in uploads.iter().enumerate() { stream.memcpy_dtod(x, ..) }`).
+fn flows_into_copy(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    upload: &CallFact<'_>,
+    copy: &CallFact<'_>,
+) -> bool {
+    let (Some(source), Some(f)) = (copy.call.args().first(), cx.fn_of(file, copy)) else {
+        return false;
+    };
+    let Some(mut name) = root_name(source) else {
+        return false;
+    };
+    let mut binder = Binder {
+        at: copy.call.name_span().byte_range().start,
+        name: &name,
+        collection: None,
+    };
+    binder.visit_block(f.block);
+    if let Some(collection) = binder.collection {
+        name = collection;
+    }
+    let at = upload.call.name_span().byte_range().start;
+    let mut feeds = Feeds {
+        name: &name,
+        ranges: Vec::new(),
+    };
+    feeds.visit_block(f.block);
+    feeds.ranges.iter().any(|range| range.contains(&at))
+}
+
+/// Finds the innermost loop around byte offset `at` whose `for` pattern or closure parameter binds
+/// `name`, and records the root binding of what that loop iterates.
+struct Binder<'n> {
+    at: usize,
+    name: &'n str,
+    collection: Option<String>,
+}
+
+impl<'ast> Visit<'ast> for Binder<'_> {
+    fn visit_expr_for_loop(&mut self, l: &'ast syn::ExprForLoop) {
+        if l.body.span().byte_range().contains(&self.at) && pat_binds(&l.pat, self.name) {
+            self.collection = root_name(&l.expr);
+        }
+        syn::visit::visit_expr_for_loop(self, l);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        for arg in &call.args {
+            if let syn::Expr::Closure(c) = arg
+                && c.body.span().byte_range().contains(&self.at)
+                && c.inputs.iter().any(|p| pat_binds(p, self.name))
+            {
+                self.collection = root_name(&call.receiver);
+            }
+        }
+        syn::visit::visit_expr_method_call(self, call);
+    }
+}
+
+/// Whether a pattern binds `name` anywhere (`x`, `(i, x)`, `&(x, y)`, `Sample { x, .. }`).
+fn pat_binds(pat: &syn::Pat, name: &str) -> bool {
+    match pat {
+        syn::Pat::Ident(p) => p.ident == name,
+        syn::Pat::Type(t) => pat_binds(&t.pat, name),
+        syn::Pat::Reference(r) => pat_binds(&r.pat, name),
+        syn::Pat::Paren(p) => pat_binds(&p.pat, name),
+        syn::Pat::Tuple(t) => t.elems.iter().any(|p| pat_binds(p, name)),
+        syn::Pat::TupleStruct(t) => t.elems.iter().any(|p| pat_binds(p, name)),
+        syn::Pat::Slice(s) => s.elems.iter().any(|p| pat_binds(p, name)),
+        syn::Pat::Struct(s) => s.fields.iter().any(|f| pat_binds(&f.pat, name)),
+        _ => false,
     }
 }
 

@@ -65,8 +65,8 @@ impl Rule for PageableUploadInStepLoop {
                 continue;
             }
             let what = match call.call.qualifier() {
-                Some(q) if !call.call.is_method() => format!("{q}::{}", call.call.name()),
-                _ => call.call.name().to_string(),
+                Some(q) if !call.call.is_method() => format!("{q}::{}", call.name),
+                _ => call.name.to_string(),
             };
             out.push(
                 Finding::new(

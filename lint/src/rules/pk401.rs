@@ -64,7 +64,7 @@ impl Rule for HardcodedCudaDevice {
                 let CallRef::Path(expr, path) = call.call else {
                     continue;
                 };
-                let Some(pattern) = device_pattern(path) else {
+                let Some(pattern) = device_pattern(call.name, path) else {
                     continue;
                 };
                 let Some(ordinal) = expr.args.first().and_then(int_literal) else {
@@ -130,28 +130,36 @@ impl Pattern {
     }
 }
 
-fn device_pattern(path: &syn::Path) -> Option<Pattern> {
+/// Which device constructor a path call is; `name` is its last segment (the called name).
+fn device_pattern(name: &str, path: &syn::Path) -> Option<Pattern> {
+    // Filter on the (already interned) name first: most calls are none of these.
+    if !matches!(
+        name,
+        "new_cuda" | "new_cuda_with_stream" | "Cuda" | "cuda" | "new"
+    ) {
+        return None;
+    }
     let n = path.segments.len();
     if n < 2 {
         return None;
     }
-    let ty = path.segments[n - 2].ident.to_string();
-    let name = path.segments[n - 1].ident.to_string();
-    match (ty.as_str(), name.as_str()) {
-        ("Device", "new_cuda" | "new_cuda_with_stream") => Some(Pattern::Candle),
+    let ty = &path.segments[n - 2].ident;
+    let is = |t: &str| ty == t;
+    match name {
+        "new_cuda" | "new_cuda_with_stream" if is("Device") => Some(Pattern::Candle),
         // candle's `Device::Cuda` wraps a `CudaDevice`, so a literal argument means tch.
-        ("Device", "Cuda") => Some(Pattern::Tch),
-        ("Device", "cuda") => Some(Pattern::Burn),
-        ("CudaDevice", "new") | ("LibTorchDevice", "Cuda") => Some(Pattern::BurnBackend),
-        ("CudaContext", "new") => Some(Pattern::Cudarc),
+        "Cuda" if is("Device") => Some(Pattern::Tch),
+        "cuda" if is("Device") => Some(Pattern::Burn),
+        "new" if is("CudaDevice") => Some(Pattern::BurnBackend),
+        "Cuda" if is("LibTorchDevice") => Some(Pattern::BurnBackend),
+        "new" if is("CudaContext") => Some(Pattern::Cudarc),
         _ => None,
     }
 }
 
 /// Calls that check for a GPU before using one.
 fn is_availability_check(call: &CallFact<'_>) -> bool {
-    let name = call.call.name().to_string();
-    match name.as_str() {
+    match call.name {
         "cuda_is_available" | "is_available" | "has_cuda" | "cuda_if_available"
         | "device_count" | "is_culib_present" | "get_count" | "cudnn_is_available" => true,
         "enumerate" => call.call.qualifier().is_some_and(|q| q == "Device"),
@@ -198,7 +206,7 @@ fn error_is_handled(file: &CrateFile<'_>, call: &CallFact<'_>) -> bool {
 /// tch `kind::FLOAT_CUDA` and friends: `(Kind::Float, Device::Cuda(0))` in disguise.
 fn kind_constants(cx: &CrateContext<'_>, crate_file: &CrateFile<'_>, out: &mut Vec<Finding>) {
     // Cheap filter before walking the tree.
-    if !crate_file.source().contains("_CUDA") {
+    if memchr::memmem::find(crate_file.source().as_bytes(), b"_CUDA").is_none() {
         return;
     }
     let mut finder = KindFinder { found: Vec::new() };

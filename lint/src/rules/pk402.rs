@@ -131,8 +131,7 @@ fn is_visible_devices_write(call: &CallFact<'_>) -> bool {
     let CallRef::Path(c, _) = call.call else {
         return false;
     };
-    let name = call.call.name();
-    if name != "set_var" && name != "remove_var" {
+    if call.name != "set_var" && call.name != "remove_var" {
         return false;
     }
     matches!(
@@ -147,19 +146,23 @@ fn is_cuda_init(call: &CallFact<'_>) -> bool {
         return false;
     };
     let n = path.segments.len();
-    let name = path.segments[n - 1].ident.to_string();
-    let qualifier = (n >= 2).then(|| path.segments[n - 2].ident.to_string());
-    match (qualifier.as_deref(), name.as_str()) {
-        // candle
-        (Some("Device"), "new_cuda" | "new_cuda_with_stream" | "cuda_if_available") => true,
-        // burn (current and 0.21)
-        (Some("Device"), "cuda") => true,
-        (Some("CudaDevice"), "new") => true,
+    if n < 2 {
+        return false;
+    }
+    let qualifier = &path.segments[n - 2].ident;
+    let is = |q: &str| qualifier == q;
+    match call.name {
         // tch: every `Cuda::` query goes through the CUDA runtime.
-        (Some("Cuda"), _) => true,
+        _ if is("Cuda") => true,
+        // candle
+        "new_cuda" | "new_cuda_with_stream" | "cuda_if_available" => is("Device"),
+        // burn (current and 0.21)
+        "cuda" => is("Device"),
+        // burn's `CudaDevice::new`, cudarc's `CudaContext::new`
+        "new" => is("CudaDevice") || is("CudaContext"),
+        "device_count" => is("CudaContext"),
         // cudarc
-        (Some("CudaContext"), "new" | "device_count") => true,
-        (Some("result"), "init") => c.args.is_empty(),
+        "init" => is("result") && c.args.is_empty(),
         _ => false,
     }
 }
@@ -225,8 +228,7 @@ impl<'c, 'a> InitGraph<'c, 'a> {
 
     /// The crate functions a call may resolve to (by name; `Type::f` by its `impl` type).
     fn resolve(&self, caller: FnKey, call: &CallFact<'_>) -> Vec<FnKey> {
-        let name = call.call.name().to_string();
-        let Some(candidates) = self.by_name.get(&name) else {
+        let Some(candidates) = self.by_name.get(call.name) else {
             return Vec::new();
         };
         let caller_ty = self.cx.file(caller.0).facts.fns[caller.1].self_ty.clone();
@@ -312,7 +314,7 @@ impl<'c, 'a> InitGraph<'c, 'a> {
             if targets.into_iter().any(|t| t != (file, f) && self.inits(t)) {
                 return Some(InitEvent {
                     line,
-                    what: call.call.name().to_string(),
+                    what: call.name.to_string(),
                     via_fn: true,
                 });
             }

@@ -127,7 +127,7 @@ fn training_entry(cx: &CrateContext<'_>) -> Option<Entry> {
         if call.in_test {
             continue;
         }
-        let name = call.call.name().to_string();
+        let name = call.name;
         // burn's learner runs the step loop for the crate.
         if let CallRef::Path(_, path) = call.call
             && name == "new"
@@ -151,9 +151,9 @@ fn training_entry(cx: &CrateContext<'_>) -> Option<Entry> {
             });
         }
         let is_marker = matches!(
-            name.as_str(),
+            name,
             "backward" | "backward_step" | "zero_grad" | "step" | "update"
-        ) || markers.contains(&name);
+        ) || markers.iter().any(|m| m == name);
         if !is_marker {
             continue;
         }

@@ -104,18 +104,15 @@ impl Rule for SmallBatchSize {
                     continue;
                 }
                 let arg = match call.call {
-                    CallRef::Method(m) => {
-                        let name = m.method.to_string();
-                        match name.as_str() {
-                            "batch_size" | "with_batch_size" | "set_batch_size"
-                                if m.args.len() == 1 =>
-                            {
-                                m.args.first()
-                            }
-                            "train_iter" if tch && m.args.len() == 1 => m.args.first(),
-                            _ => None,
+                    CallRef::Method(m) => match call.name {
+                        "batch_size" | "with_batch_size" | "set_batch_size"
+                            if m.args.len() == 1 =>
+                        {
+                            m.args.first()
                         }
-                    }
+                        "train_iter" if tch && m.args.len() == 1 => m.args.first(),
+                        _ => None,
+                    },
                     CallRef::Path(c, path) => {
                         let n = path.segments.len();
                         let is_iter2 = tch
@@ -184,7 +181,10 @@ fn in_training_fn(cx: &CrateContext<'_>, file: &CrateFile<'_>, span: Span) -> bo
 fn named_batch_sizes(file: &CrateFile<'_>) -> Vec<(Span, u64, bool)> {
     let source = file.source();
     // Cheap filter: no such name, no need to walk the tree.
-    if !source.contains("batch_size") && !source.contains("BATCH_SIZE") {
+    let bytes = source.as_bytes();
+    if memchr::memmem::find(bytes, b"batch_size").is_none()
+        && memchr::memmem::find(bytes, b"BATCH_SIZE").is_none()
+    {
         return Vec::new();
     }
     let mut finder = NamedFinder { found: Vec::new() };
