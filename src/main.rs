@@ -24,6 +24,16 @@ enum Command {
     Rule(cmd::rules::RuleArgs),
     /// Run a training program under the profiler and summarise what it did.
     Profile(cmd::profile::ProfileArgs),
+    /// Render reports (HTML, flamegraphs, Chrome trace, summary JSON/Markdown) from a trace or a run directory.
+    Report(cmd::report::ReportArgs),
+    /// Compare two runs (traces, run directories or summary.json files).
+    Diff(cmd::diff::DiffArgs),
+    /// List the GPUs (memory, utilization, driver) and suggest a CUDA_VISIBLE_DEVICES order.
+    Devices(cmd::devices::DevicesArgs),
+    /// Gate CI on lint findings and on step-time / GPU-idle / copy-time regressions against a baseline run.
+    Check(cmd::check::CheckArgs),
+    /// Profile the reference trainer tuned and with its anti-patterns, lint it, and write both reports and their diff.
+    Demo(cmd::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +43,11 @@ fn main() -> ExitCode {
         Command::Rules(args) => cmd::rules::run_rules(args),
         Command::Rule(args) => cmd::rules::run_rule(args),
         Command::Profile(args) => cmd::profile::run(args),
+        Command::Report(args) => cmd::report::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
     };
     match result {
         Ok(code) => code,

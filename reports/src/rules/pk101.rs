@@ -1,0 +1,67 @@
+//! PK101 host-readback-in-step-loop, measured.
+//!
+//! ## What it does
+//! Reports each source line that copies a small amount of data from the device to the host
+//! (mean size at most `small-copy-bytes`, default 64 KiB) in at least `min-step-fraction` of
+//! the steps (default half). The cost is the host time spent in those copy calls per step:
+//! a device-to-host copy into pageable memory returns only when the GPU has finished all the
+//! work queued before it, so that time is the host waiting for the GPU.
+//!
+//! ## Why is this bad?
+//! Reading a loss or a metric back every step (`.item()` in PyTorch; `to_scalar`, `to_vec0`,
+//! `into_scalar`, `clone_dtoh` in Rust) drains the launch queue: the host cannot run ahead
+//! and the GPU idles while the host prepares the next step.
+//!
+//! ## Compared with nsys and HTA
+//! nsys' `cuda_memcpy_sync` expert rule lists every synchronous memcpy call, whatever its
+//! size or place in the program; HTA's idle-time breakdown shows the GPU idle time such waits
+//! cause as "host wait" without naming the call. PK101 keeps only small device-to-host copies
+//! that recur per step (the `.item()` pattern), groups them by the caller's source line and
+//! prices them in step time.
+//!
+//! Thresholds: `small-copy-bytes`, `min-step-fraction`, `min-share`.
+
+use super::scan::SiteKind;
+use super::{Cx, RuntimeRule};
+use crate::findings::{Finding, Severity};
+use crate::format;
+
+pub(super) const RULE: RuntimeRule = RuntimeRule {
+    code: "PK101",
+    name: "host-readback-in-step-loop",
+    severity: Severity::Warning,
+    help: "keep per-step values on the device (accumulate losses/metrics in a device tensor) and read them back every N steps or after the loop",
+};
+
+pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let Some(scan) = cx.scan else {
+        // Needs the per-step attribution of source lines.
+        return;
+    };
+    for site in scan.sites.iter().filter(|s| s.kind == SiteKind::D2H) {
+        if !cx.per_step(site.steps_hit) || site.bytes / site.count.max(1) > cx.cfg.small_copy_bytes
+        {
+            continue;
+        }
+        let per_step = site.host_ns / cx.steps.max(1);
+        if !cx.worth_reporting(per_step) {
+            continue;
+        }
+        let mut f = cx.finding(
+            &RULE,
+            format!(
+                "{} small device-to-host copies ({} each) in {} of {} steps block the host for {} per step",
+                site.count,
+                format::bytes(site.bytes / site.count.max(1)),
+                site.steps_hit,
+                cx.steps,
+                format::duration(per_step)
+            ),
+            Some(per_step),
+        );
+        f.location = Some(site.location.clone());
+        f.bytes = Some(site.bytes);
+        f.count = Some(site.count);
+        out.push(f);
+    }
+}

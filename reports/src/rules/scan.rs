@@ -1,0 +1,295 @@
+//! One pass over a process trace collecting what the per-source-line rules need and the
+//! analysis does not keep: operations attributed to the step that issued them, allocation
+//! sites, data-loading spans on the threads that drive the GPU, and GPU gaps inside steps.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use crate::event::{Event, OpKind};
+use crate::model::Direction;
+use crate::source::TraceSource;
+use crate::stats::IntervalUnion;
+
+/// What the operations of a [`Site`] are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SiteKind {
+    /// Device-to-host copies.
+    D2H,
+    /// Host-to-device copies from pinned (`true`) or pageable (`false`) host memory;
+    /// `None` when the recorder did not know.
+    H2D(Option<bool>),
+    /// Explicit synchronizations.
+    Sync,
+    /// Device allocations.
+    Alloc,
+}
+
+/// Operations of one kind issued from one source line inside steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Site {
+    /// What they are.
+    pub kind: SiteKind,
+    /// `file:line` of the caller, or `unknown`.
+    pub location: String,
+    /// Operations issued inside a step.
+    pub count: u64,
+    /// Distinct steps in which this line issued at least one operation.
+    pub steps_hit: u64,
+    /// Bytes copied or allocated.
+    pub bytes: u64,
+    /// Host time spent in the calls (for a synchronization: the time the host was blocked).
+    pub host_ns: u64,
+    /// GPU time of the operations (copies), 0 when not measured.
+    pub gpu_ns: u64,
+}
+
+/// What one pass over a process trace found.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Step spans seen (each entered interval of a span named like the step span).
+    pub steps: u64,
+    /// Wall time inside steps.
+    pub step_ns: u64,
+    /// Per source line and kind, sorted by host time, largest first.
+    pub sites: Vec<Site>,
+    /// GPU operations with a measured GPU time (kernels, copies, memsets).
+    pub timed_gpu_ops: u64,
+    /// Time the GPU was idle inside steps (between the first and the last GPU operation).
+    pub idle_in_steps_ns: u64,
+    /// Idle gaps inside steps at least `gap_ns` long.
+    pub gaps: u64,
+    /// Longest idle gap inside a step.
+    pub longest_gap_ns: u64,
+    /// Time inside data-loading spans on threads that issue GPU work (union).
+    pub loader_ns: u64,
+    /// Part of `loader_ns` during which the GPU was idle.
+    pub loader_idle_ns: u64,
+    /// Names of the data-loading spans seen on those threads.
+    pub loader_names: Vec<String>,
+    /// Pinned host-to-device copies of the whole run: bytes and GPU time (for the bandwidth).
+    pub pinned_h2d_bytes: u64,
+    /// GPU time of those copies.
+    pub pinned_h2d_gpu_ns: u64,
+}
+
+struct Op {
+    kind: SiteKind,
+    site: u32,
+    host_start: u64,
+    host_end: u64,
+    bytes: u64,
+    gpu_ns: u64,
+}
+
+/// Reads `path` once. `step_span`: the step span name (`None`: the one in the trace header);
+/// `loader_spans`: names of data-loading spans; `gap_ns`: shortest gap counted.
+pub fn scan_file(
+    path: &Path,
+    step_span: Option<&str>,
+    loader_spans: &[String],
+    gap_ns: u64,
+) -> crate::Result<Scan> {
+    let source = TraceSource::open(path)?;
+    let step_name = step_span.map_or_else(|| source.step_span().to_owned(), str::to_owned);
+    let mut open: HashMap<u64, (u64, u64, u8)> = HashMap::new(); // span -> (thread, enter ts, 1 step / 2 loader)
+    let mut steps: Vec<(u64, u64)> = Vec::new();
+    let mut loaders: Vec<(u64, u64, u64, String)> = Vec::new(); // thread, start, end, name
+    let mut open_names: HashMap<u64, String> = HashMap::new();
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    let mut pending: HashMap<u64, usize> = HashMap::new(); // op id -> index in ops awaiting timing
+    let mut pending_busy: HashSet<u64> = HashSet::new();
+    let mut gpu_threads: HashSet<u64> = HashSet::new();
+    let mut site_ids: HashMap<(SiteKind, String), u32> = HashMap::new();
+    let mut site_keys: Vec<(SiteKind, String)> = Vec::new();
+    let mut ops: Vec<Op> = Vec::new();
+    let mut scan = Scan::default();
+
+    let outcome = source.run(&mut |ev| match ev {
+        Event::Enter {
+            thread,
+            span,
+            name,
+            ts_ns,
+            ..
+        } => {
+            if *name == step_name {
+                open.insert(*span, (*thread, *ts_ns, 1));
+            } else if loader_spans.iter().any(|l| l == name) {
+                open.insert(*span, (*thread, *ts_ns, 2));
+                open_names.insert(*span, (*name).to_owned());
+            }
+        }
+        Event::Exit { span, ts_ns, .. } => {
+            if let Some((thread, start, what)) = open.remove(span) {
+                if what == 1 {
+                    steps.push((start, (*ts_ns).max(start)));
+                } else {
+                    let name = open_names.remove(span).unwrap_or_default();
+                    loaders.push((thread, start, (*ts_ns).max(start), name));
+                }
+            }
+        }
+        Event::Gpu(op) => {
+            gpu_threads.insert(op.thread);
+            let gpu_ns = op.gpu_ns();
+            let timed = op.gpu_start_ns.is_some() && op.gpu_end_ns.is_some();
+            if matches!(op.kind, OpKind::Kernel | OpKind::Copy(_) | OpKind::Memset) {
+                if let (Some(s), Some(e)) = (op.gpu_start_ns, op.gpu_end_ns) {
+                    busy.push((s, e));
+                    scan.timed_gpu_ops += 1;
+                } else if op.id != 0 {
+                    pending_busy.insert(op.id);
+                }
+            }
+            if op.kind == OpKind::Copy(Direction::H2D) && op.pinned == Some(true) && timed {
+                scan.pinned_h2d_bytes += op.bytes;
+                scan.pinned_h2d_gpu_ns += gpu_ns;
+            }
+            let kind = match op.kind {
+                OpKind::Copy(Direction::D2H) => SiteKind::D2H,
+                OpKind::Copy(Direction::H2D) => SiteKind::H2D(op.pinned),
+                OpKind::Sync => SiteKind::Sync,
+                OpKind::Alloc => SiteKind::Alloc,
+                _ => return,
+            };
+            let location = match op.file {
+                Some(f) => format!("{f}:{}", op.line),
+                None => "unknown".to_owned(),
+            };
+            let key = (kind, location);
+            let next = site_keys.len() as u32;
+            let site = *site_ids.entry(key.clone()).or_insert_with(|| {
+                site_keys.push(key);
+                next
+            });
+            if !timed && op.id != 0 && matches!(kind, SiteKind::D2H | SiteKind::H2D(_)) {
+                pending.insert(op.id, ops.len());
+            }
+            ops.push(Op {
+                kind,
+                site,
+                host_start: op.host_start_ns,
+                host_end: op.host_end_ns,
+                bytes: op.bytes,
+                gpu_ns,
+            });
+        }
+        Event::GpuTiming {
+            id,
+            gpu_start_ns,
+            gpu_end_ns,
+        } => {
+            if pending_busy.remove(id) {
+                busy.push((*gpu_start_ns, *gpu_end_ns));
+                scan.timed_gpu_ops += 1;
+            }
+            if let Some(i) = pending.remove(id) {
+                ops[i].gpu_ns = gpu_end_ns.saturating_sub(*gpu_start_ns);
+            }
+        }
+        _ => {}
+    });
+    if let Some(message) = outcome.error
+        && steps.is_empty()
+    {
+        // Nothing usable before the damage: say so rather than report nothing.
+        return Err(crate::Error::Trace {
+            path: path.to_path_buf(),
+            message,
+        });
+    }
+
+    steps.sort_unstable();
+    scan.steps = steps.len() as u64;
+    scan.step_ns = steps.iter().map(|(s, e)| e - s).sum();
+    let busy = IntervalUnion::build(busy);
+
+    // Operations, attributed to the step whose interval holds their host start.
+    let step_of = |t: u64| -> Option<usize> {
+        let i = steps.partition_point(|&(s, _)| s <= t);
+        (i > 0 && t < steps[i - 1].1).then(|| i - 1)
+    };
+    let mut acc: Vec<Site> = site_keys
+        .iter()
+        .map(|(kind, location)| Site {
+            kind: *kind,
+            location: location.clone(),
+            count: 0,
+            steps_hit: 0,
+            bytes: 0,
+            host_ns: 0,
+            gpu_ns: 0,
+        })
+        .collect();
+    let mut hit: HashSet<(u32, usize)> = HashSet::new();
+    for op in &ops {
+        let Some(step) = step_of(op.host_start) else {
+            // Outside every step (set-up, evaluation): not a per-step cost.
+            continue;
+        };
+        let s = &mut acc[op.site as usize];
+        debug_assert_eq!(s.kind, op.kind);
+        s.count += 1;
+        s.bytes += op.bytes;
+        s.host_ns += op.host_end - op.host_start;
+        s.gpu_ns += op.gpu_ns;
+        if hit.insert((op.site, step)) {
+            s.steps_hit += 1;
+        }
+    }
+    acc.retain(|s| s.count > 0);
+    acc.sort_by(|a, b| {
+        b.host_ns
+            .cmp(&a.host_ns)
+            .then_with(|| a.location.cmp(&b.location))
+    });
+    scan.sites = acc;
+
+    // GPU idle inside steps, between the first and the last GPU operation.
+    if let (Some((first, _)), Some((_, last))) = (busy.iter().next(), busy.iter().last()) {
+        for &(s, e) in &steps {
+            let (a, b) = (s.max(first), e.min(last));
+            if b <= a {
+                continue;
+            }
+            for (gs, ge) in busy.gaps(a, b) {
+                let len = ge - gs;
+                scan.idle_in_steps_ns += len;
+                if len >= gap_ns {
+                    scan.gaps += 1;
+                    scan.longest_gap_ns = scan.longest_gap_ns.max(len);
+                }
+            }
+        }
+        // Data loading on the threads that drive the GPU.
+        let mut names: Vec<String> = Vec::new();
+        let driving: Vec<(u64, u64)> = loaders
+            .iter()
+            .filter(|(t, ..)| gpu_threads.contains(t))
+            .map(|(_, s, e, name)| {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+                (*s, *e)
+            })
+            .collect();
+        let loading = IntervalUnion::build(driving);
+        scan.loader_ns = loading.total();
+        scan.loader_idle_ns = loading
+            .iter()
+            .map(|(a, b)| {
+                // Only between the first and the last GPU operation: before the first
+                // launch nothing could have run anyway.
+                let (a, b) = (a.max(first), b.min(last));
+                if b <= a {
+                    0
+                } else {
+                    (b - a) - busy.covered(a, b)
+                }
+            })
+            .sum();
+        names.sort();
+        scan.loader_names = names;
+    }
+    Ok(scan)
+}

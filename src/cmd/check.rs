@@ -1,0 +1,508 @@
+//! `perfkit check`: a CI gate over lint findings and over regressions between two runs.
+//!
+//! ```text
+//! perfkit check --lint src/                                       # fail on findings at warning or above
+//! perfkit check --baseline base/ --candidate new/ --max-regression 5%
+//! perfkit check --lint src/ --baseline base/summary.json --candidate new/ --format github --sarif lint.sarif
+//! ```
+//!
+//! A run regresses when a measured quantity grows by more than the allowed amount plus the
+//! change that run-to-run noise alone explains (twice the standard error of the difference of
+//! the medians, from each run's per-step spread):
+//!
+//! - median step time: allowed = `max-regression` x the baseline median;
+//! - GPU idle share of step time: allowed = `max-regression` as percentage points (5% allows
+//!   going from 10% idle to 15% idle);
+//! - copy time per step (GPU time spent copying while no kernel ran): allowed =
+//!   `max-regression` x the baseline median step time (copies may take at most 5% more of a
+//!   step), so a run that had no exposed copies can still be compared.
+//!
+//! Improvements and changes within noise pass. Exit codes: 0 pass, 1 fail, 2 error.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use perfkit_lint::output::{self, Format, RenderOptions};
+use perfkit_lint::{Diagnostic, LintOptions, LintReport, RuleMeta, Severity as LintSeverity};
+use perfkit_reports::diff::{NOISE_SIGMAS, Run, RunInput};
+use perfkit_reports::model::ProcessAnalysis;
+use perfkit_reports::stats::Distribution;
+use perfkit_reports::summary::pace_process;
+use perfkit_reports::{AnalyzeOptions, Finding, Severity};
+
+/// Arguments of `perfkit check`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every gate passes, 1 when one fails, 2 on an error \
+(bad flag, unreadable run, a file that could not be linted). BASE and NEW are trace files, run \
+directories or summary.json files written by `perfkit profile` or `perfkit report`."
+)]
+pub struct CheckArgs {
+    /// Lint these files or directories and fail on findings at or above `--fail-on`.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    lint: Vec<PathBuf>,
+    /// Lint configuration file (default: perfkit.toml or Cargo.toml metadata found upward).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Lowest lint severity that fails the check.
+    #[arg(long, value_enum, default_value_t = FailOn::Warning)]
+    fail_on: FailOn,
+    /// The reference run.
+    #[arg(long, value_name = "BASE", requires = "candidate")]
+    baseline: Option<PathBuf>,
+    /// The run to check against the baseline.
+    #[arg(long, value_name = "NEW", requires = "baseline")]
+    candidate: Option<PathBuf>,
+    /// Largest allowed regression, in percent (`5%` or `5`).
+    #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
+    max_regression: f64,
+    /// Output on stdout: `text`, or `github` (workflow-command annotations).
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    format: CheckFormat,
+    /// Also write the lint findings as SARIF 2.1.0 to FILE (for code scanning).
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
+}
+
+/// `--fail-on` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FailOn {
+    /// Notes, warnings and errors fail.
+    Note,
+    /// Warnings and errors fail.
+    Warning,
+    /// Only errors fail.
+    Error,
+}
+
+impl FailOn {
+    fn severity(self) -> LintSeverity {
+        match self {
+            FailOn::Note => LintSeverity::Note,
+            FailOn::Warning => LintSeverity::Warning,
+            FailOn::Error => LintSeverity::Error,
+        }
+    }
+}
+
+/// `--format` values of `perfkit check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CheckFormat {
+    /// Human-readable lines.
+    Text,
+    /// GitHub Actions annotations (`::error ...`).
+    Github,
+}
+
+/// Parses `5%`, `5` or `2.5%` into a fraction (`0.05`).
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let number = t.strip_suffix('%').unwrap_or(t).trim();
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / 100.0),
+        _ => Err(format!(
+            "`{s}` is not a percentage (expected for example `5%`)"
+        )),
+    }
+}
+
+/// A lint diagnostic as a report finding (`origin` = `lint`).
+pub fn lint_to_finding(d: &Diagnostic) -> Finding {
+    Finding {
+        code: d.code.to_owned(),
+        name: d.name.to_owned(),
+        severity: match d.severity {
+            LintSeverity::Note => Severity::Note,
+            LintSeverity::Warning => Severity::Warning,
+            LintSeverity::Error => Severity::Error,
+        },
+        message: d.message.clone(),
+        help: d.help.clone(),
+        location: Some(format!(
+            "{}:{}:{}",
+            output::display_path(&d.path),
+            d.region.line,
+            d.region.column
+        )),
+        origin: "lint".to_owned(),
+        confirmed: false,
+        cost_per_step_ns: None,
+        share_of_step_percent: None,
+        bytes: None,
+        count: None,
+    }
+}
+
+/// One compared quantity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    /// What is compared.
+    pub what: &'static str,
+    /// Unit: `ns` or `share` (fraction of step time).
+    pub unit: &'static str,
+    /// Baseline value (median over steps).
+    pub base: f64,
+    /// Candidate value.
+    pub new: f64,
+    /// Increase allowed on top of noise.
+    pub allowed: f64,
+    /// Change run-to-run noise explains.
+    pub noise: f64,
+}
+
+impl Gate {
+    /// The candidate is worse by more than allowed plus noise.
+    pub fn failed(&self) -> bool {
+        self.new - self.base > self.allowed + self.noise
+    }
+
+    fn verdict(&self) -> &'static str {
+        let d = self.new - self.base;
+        if self.failed() {
+            "regression"
+        } else if d.abs() <= self.noise {
+            "within noise"
+        } else if d < 0.0 {
+            "improved"
+        } else {
+            "within allowance"
+        }
+    }
+
+    fn show(&self, v: f64) -> String {
+        match self.unit {
+            "share" => format!("{:.1}%", v * 100.0),
+            _ => perfkit_reports::format::duration(v.max(0.0).round() as u64),
+        }
+    }
+
+    fn show_delta(&self, v: f64) -> String {
+        match self.unit {
+            "share" => format!("{:+.1} pt", v * 100.0),
+            _ => perfkit_reports::format::signed_duration(v.round() as i128),
+        }
+    }
+
+    fn show_noise(&self) -> String {
+        match self.unit {
+            "share" => format!("{:.1} pt", self.noise * 100.0),
+            _ => self.show(self.noise),
+        }
+    }
+
+    fn line(&self) -> String {
+        let d = self.new - self.base;
+        let rel = if self.base > 0.0 && self.unit != "share" {
+            format!(" ({:+.1}%)", d / self.base * 100.0)
+        } else {
+            String::new()
+        };
+        format!(
+            "{}: {} -> {} {}{rel}, noise ±{}, allowed {}: {}",
+            self.what,
+            self.show(self.base),
+            self.show(self.new),
+            self.show_delta(d),
+            self.show_noise(),
+            self.show_delta(self.allowed),
+            self.verdict()
+        )
+    }
+}
+
+/// Median and standard error of the median of a per-step quantity (values scaled to integers).
+fn median_and_se(values: &[f64], scale: f64) -> (f64, f64) {
+    let ints: Vec<u64> = values
+        .iter()
+        .map(|v| (v * scale).max(0.0).round() as u64)
+        .collect();
+    let d = Distribution::of(&ints);
+    (
+        d.median_ns as f64 / scale,
+        d.median_standard_error_ns() / scale,
+    )
+}
+
+fn steps_of(run: &Run) -> Option<&ProcessAnalysis> {
+    pace_process(&run.processes).filter(|p| p.steps.duration.count > 0)
+}
+
+/// Compares two runs: median step time, GPU idle share, copy time per step.
+pub fn compare(base: &Run, new: &Run, max_regression: f64) -> anyhow::Result<Vec<Gate>> {
+    let (Some(b), Some(n)) = (steps_of(base), steps_of(new)) else {
+        bail!(
+            "both runs need step spans to compare (baseline `{}`, candidate `{}`): wrap each training step in a `step` span (or the name set with the recorder's `step_span_name`)",
+            base.source,
+            new.source
+        );
+    };
+    let mut gates = Vec::new();
+    let (db, dn) = (&b.steps.duration, &n.steps.duration);
+    let noise = NOISE_SIGMAS
+        * (db.median_standard_error_ns().powi(2) + dn.median_standard_error_ns().powi(2)).sqrt();
+    gates.push(Gate {
+        what: "median step time",
+        unit: "ns",
+        base: db.median_ns as f64,
+        new: dn.median_ns as f64,
+        allowed: max_regression * db.median_ns as f64,
+        noise,
+    });
+
+    let idle = |p: &ProcessAnalysis| -> Vec<f64> {
+        p.steps
+            .series
+            .iter()
+            .filter(|s| s.breakdown.wall_ns > 0)
+            .map(|s| {
+                (s.breakdown.idle_ns + s.breakdown.sync_wait_ns) as f64 / s.breakdown.wall_ns as f64
+            })
+            .collect()
+    };
+    let has_gpu = |p: &ProcessAnalysis| p.gpu.busy_ns > 0;
+    if has_gpu(b) || has_gpu(n) {
+        let (ib, seb) = median_and_se(&idle(b), 1e6);
+        let (inew, sen) = median_and_se(&idle(n), 1e6);
+        gates.push(Gate {
+            what: "GPU idle share of step time",
+            unit: "share",
+            base: if has_gpu(b) { ib } else { 0.0 },
+            new: if has_gpu(n) { inew } else { 0.0 },
+            allowed: max_regression,
+            noise: NOISE_SIGMAS * (seb * seb + sen * sen).sqrt(),
+        });
+    }
+
+    let copy = |p: &ProcessAnalysis| -> Vec<f64> {
+        p.steps
+            .series
+            .iter()
+            .map(|s| s.breakdown.copy_ns as f64)
+            .collect()
+    };
+    if b.copies.total.count > 0 || n.copies.total.count > 0 {
+        let (cb, seb) = median_and_se(&copy(b), 1.0);
+        let (cn, sen) = median_and_se(&copy(n), 1.0);
+        gates.push(Gate {
+            what: "copy time per step",
+            unit: "ns",
+            base: cb,
+            new: cn,
+            allowed: max_regression * db.median_ns as f64,
+            noise: NOISE_SIGMAS * (seb * seb + sen * sen).sqrt(),
+        });
+    }
+    Ok(gates)
+}
+
+fn lint_paths(args: &CheckArgs) -> anyhow::Result<LintReport> {
+    let mut options = LintOptions::new(args.lint.clone());
+    options.config_file = args.config.clone();
+    Ok(perfkit_lint::lint(&options)?)
+}
+
+fn escape_data(s: &str) -> String {
+    perfkit_lint::output::github::escape_data(s)
+}
+
+/// Runs `perfkit check`.
+pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    if args.lint.is_empty() && args.baseline.is_none() {
+        bail!("nothing to check: give `--lint PATH` and/or `--baseline BASE --candidate NEW`");
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut failed = false;
+    let mut errors = false;
+    let mut md = String::from("## perfkit check\n\n");
+
+    // Lint gate.
+    if !args.lint.is_empty() {
+        let report = lint_paths(&args)?;
+        let rules: Vec<&RuleMeta> = perfkit_lint::rules().iter().map(|r| r.meta()).collect();
+        let level = args.fail_on.severity();
+        let failing = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity >= level && d.code != "PK000")
+            .count();
+        match args.format {
+            CheckFormat::Text => {
+                output::render(
+                    Format::Text,
+                    &mut out,
+                    &report,
+                    &rules,
+                    &RenderOptions::default(),
+                )
+                .context("cannot write the lint report")?;
+            }
+            CheckFormat::Github => {
+                output::render(
+                    Format::Github,
+                    &mut out,
+                    &report,
+                    &rules,
+                    &RenderOptions::default(),
+                )
+                .context("cannot write the lint annotations")?;
+            }
+        }
+        if let Some(path) = &args.sarif {
+            write_sarif(path, &report, &rules)?;
+        }
+        if !report.errors.is_empty() {
+            errors = true;
+        }
+        let verdict = if failing > 0 { "FAIL" } else { "pass" };
+        writeln!(
+            out,
+            "lint: {} findings, {failing} at {} or above, {} files not linted: {verdict}",
+            report.diagnostics.len(),
+            args.fail_on.severity().as_str(),
+            report.errors.len()
+        )?;
+        let _ = writeln!(
+            md,
+            "**lint** ({}): {} findings, {failing} at {} or above, {} files not linted\n",
+            verdict,
+            report.diagnostics.len(),
+            args.fail_on.severity().as_str(),
+            report.errors.len()
+        );
+        if !report.diagnostics.is_empty() {
+            md.push_str("| code | severity | location | message |\n|---|---|---|---|\n");
+            for d in report.diagnostics.iter().take(50) {
+                let f = lint_to_finding(d);
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | `{}` | {} |",
+                    f.code,
+                    f.severity.as_str(),
+                    f.location.unwrap_or_default(),
+                    f.message.replace('|', "\\|")
+                );
+            }
+            md.push('\n');
+        }
+        failed |= failing > 0;
+    } else if args.sarif.is_some() {
+        bail!("`--sarif` writes lint findings: give `--lint PATH` too");
+    }
+
+    // Profile gate.
+    if let (Some(base_path), Some(new_path)) = (&args.baseline, &args.candidate) {
+        let options = AnalyzeOptions::default();
+        let base = load(base_path, &options)?;
+        let new = load(new_path, &options)?;
+        let gates = compare(&base, &new, args.max_regression)?;
+        md.push_str("| quantity | baseline | candidate | change | noise | allowed | verdict |\n|---|---|---|---|---|---|---|\n");
+        for g in &gates {
+            writeln!(out, "{}", g.line())?;
+            if g.failed() && args.format == CheckFormat::Github {
+                writeln!(
+                    out,
+                    "::error title=perfkit check::{}",
+                    escape_data(&g.line())
+                )?;
+            }
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | ±{} | {} | {} |",
+                g.what,
+                g.show(g.base),
+                g.show(g.new),
+                g.show_delta(g.new - g.base),
+                g.show_noise(),
+                g.show_delta(g.allowed),
+                if g.failed() {
+                    "**regression**"
+                } else {
+                    g.verdict()
+                }
+            );
+            failed |= g.failed();
+        }
+        md.push('\n');
+    }
+
+    let result = if errors {
+        "ERROR"
+    } else if failed {
+        "FAIL"
+    } else {
+        "PASS"
+    };
+    writeln!(out, "perfkit check: {result}")?;
+    out.flush()?;
+    let _ = writeln!(md, "**result: {result}**");
+    if let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|s| !s.is_empty()) {
+        append(Path::new(&summary), &md)?;
+    }
+    Ok(if errors {
+        ExitCode::from(2)
+    } else if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn load(path: &Path, options: &AnalyzeOptions) -> anyhow::Result<Run> {
+    RunInput::classify(path)
+        .and_then(|input| input.load(options))
+        .with_context(|| format!("cannot read the run {}", path.display()))
+}
+
+fn write_sarif(path: &Path, report: &LintReport, rules: &[&RuleMeta]) -> anyhow::Result<()> {
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(path)
+            .with_context(|| format!("cannot create the SARIF file {}", path.display()))?,
+    );
+    output::sarif::render(&mut file, report, rules)
+        .and_then(|()| file.flush())
+        .with_context(|| format!("cannot write the SARIF file {}", path.display()))
+}
+
+fn append(path: &Path, text: &str) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open $GITHUB_STEP_SUMMARY ({})", path.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write $GITHUB_STEP_SUMMARY ({})", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_parse_with_or_without_sign() {
+        assert_eq!(parse_percent("5%"), Ok(0.05));
+        assert_eq!(parse_percent("2.5"), Ok(0.025));
+        assert!(parse_percent("five").is_err());
+        assert!(parse_percent("-3%").is_err());
+    }
+
+    #[test]
+    fn gate_fails_only_beyond_allowance_plus_noise() {
+        let g = |new: f64| Gate {
+            what: "median step time",
+            unit: "ns",
+            base: 1000.0,
+            new,
+            allowed: 50.0,
+            noise: 20.0,
+        };
+        assert!(!g(1060.0).failed());
+        assert_eq!(g(1060.0).verdict(), "within allowance");
+        assert!(g(1071.0).failed());
+        assert_eq!(g(900.0).verdict(), "improved");
+        assert_eq!(g(990.0).verdict(), "within noise");
+    }
+}

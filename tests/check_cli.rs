@@ -1,0 +1,489 @@
+//! `perfkit check`: the lint gate over the lint fixtures and the profile gate over synthetic
+//! runs (traces written with the profiler's `TraceWriter`, GPU timings from the simulator in
+//! `reports/tests/synth`, not from a GPU).
+
+#[path = "../reports/tests/synth/mod.rs"]
+mod synth;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use synth::{Workload, trace_bytes};
+
+fn perfkit() -> Command {
+    let mut c = Command::cargo_bin("perfkit").expect("perfkit binary");
+    c.env_remove("GITHUB_STEP_SUMMARY");
+    c
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("fixtures/lint").join(name)
+}
+
+/// Writes a run directory holding one synthetic trace.
+fn run_dir(root: &Path, name: &str, wl: &Workload) -> PathBuf {
+    let dir = root.join(name).join("trace");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("train-7.pktrace"),
+        trace_bytes("train", 7, None, 0, wl),
+    )
+    .expect("write trace");
+    dir
+}
+
+#[test]
+fn lint_gate_fails_on_warnings_and_passes_on_clean_code() {
+    perfkit()
+        .args(["check", "--lint"])
+        .arg(fixture("pk102-sync-in-step-loop"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("PK102"))
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("lib.rs"),
+        "pub fn add(a: u32, b: u32) -> u32 { a + b }\n",
+    )
+    .expect("write");
+    perfkit()
+        .args(["check", "--lint"])
+        .arg(dir.path())
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("perfkit check: PASS"));
+}
+
+#[test]
+fn fail_level_decides_which_findings_fail() {
+    // PK202 is a note by default: it fails only with --fail-on note.
+    let pk202 = fixture("pk202-alloc-in-step-loop");
+    perfkit()
+        .args(["check", "--fail-on", "error", "--lint"])
+        .arg(&pk202)
+        .assert()
+        .code(0);
+    perfkit()
+        .args(["check", "--fail-on", "note", "--lint"])
+        .arg(&pk202)
+        .assert()
+        .code(1);
+}
+
+#[test]
+fn github_format_sarif_and_step_summary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sarif = dir.path().join("lint.sarif");
+    let summary = dir.path().join("summary.md");
+    std::fs::write(&summary, "previous step\n").expect("write");
+    let out = perfkit()
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .args(["check", "--format", "github", "--sarif"])
+        .arg(&sarif)
+        .arg("--lint")
+        .arg(fixture("pk101-host-readback-in-step-loop"))
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let stdout = String::from_utf8(out).expect("utf-8");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("::warning file=") && l.contains("PK101")),
+        "{stdout}"
+    );
+    let log: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sarif).expect("sarif written"))
+            .expect("sarif is JSON");
+    assert_eq!(log["version"], "2.1.0");
+    let results = log["runs"][0]["results"].as_array().expect("results");
+    assert!(
+        results.iter().any(|r| r["ruleId"] == "PK101"),
+        "{results:#?}"
+    );
+    let md = std::fs::read_to_string(&summary).expect("summary");
+    assert!(md.starts_with("previous step\n## perfkit check"), "{md}");
+    assert!(
+        md.contains("| PK101 |") && md.contains("**result: FAIL**"),
+        "{md}"
+    );
+}
+
+#[test]
+fn anti_pattern_run_fails_against_the_tuned_baseline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = run_dir(dir.path(), "tuned", &Workload::tuned());
+    let new = run_dir(dir.path(), "anti", &Workload::anti_patterns());
+    let summary = dir.path().join("summary.md");
+    perfkit()
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .args(["check", "--max-regression", "5%", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&new)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_match("median step time: .* regression").expect("regex"))
+        .stdout(predicate::str::is_match("copy time per step: .* regression").expect("regex"))
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+    let md = std::fs::read_to_string(&summary).expect("summary");
+    assert!(
+        md.contains("| median step time |") && md.contains("**regression**"),
+        "{md}"
+    );
+
+    // The other way round is an improvement, which passes.
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&new)
+        .arg("--candidate")
+        .arg(&base)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("improved"))
+        .stdout(predicate::str::contains("perfkit check: PASS"));
+}
+
+#[test]
+fn tuned_run_passes_against_itself_and_against_a_rerun() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = run_dir(dir.path(), "tuned", &Workload::tuned());
+    let rerun = run_dir(
+        dir.path(),
+        "rerun",
+        &Workload {
+            seed: 99,
+            ..Workload::tuned()
+        },
+    );
+    for candidate in [&base, &rerun] {
+        perfkit()
+            .args(["check", "--baseline"])
+            .arg(&base)
+            .arg("--candidate")
+            .arg(candidate)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("perfkit check: PASS"));
+    }
+    // With --format github a passing gate writes no annotation.
+    perfkit()
+        .args(["check", "--format", "github", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&rerun)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("::error").not());
+}
+
+#[test]
+fn a_slower_run_beyond_noise_fails_and_github_annotates_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = run_dir(dir.path(), "tuned", &Workload::tuned());
+    let slower = run_dir(
+        dir.path(),
+        "slower",
+        &Workload {
+            // Host-bound: data loading now takes longer than the GPU work of a step.
+            data_ns: 1_500_000,
+            seed: 5,
+            ..Workload::tuned()
+        },
+    );
+    perfkit()
+        .args(["check", "--format", "github", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&slower)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "::error title=perfkit check::median step time",
+        ));
+    // A generous allowance lets the same change pass.
+    perfkit()
+        .args(["check", "--max-regression", "200", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&slower)
+        .assert()
+        .code(0);
+}
+
+#[test]
+fn bad_input_is_an_error_with_exit_code_2() {
+    perfkit()
+        .arg("check")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nothing to check"));
+    perfkit()
+        .args([
+            "check",
+            "--baseline",
+            "no/such/run",
+            "--candidate",
+            "no/such/run",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no/such/run"));
+    perfkit()
+        .args(["check", "--baseline", "a"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--candidate"));
+    perfkit()
+        .args(["check", "--max-regression", "lots", "--lint", "."])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a percentage"));
+}
+
+/// A synthetic trace shaped like what `train --readback-every-step --pageable` records on a
+/// GPU (written with the profiler's `TraceWriter`; the timings are made up, not measured): per
+/// step, a pageable upload of the batch from the lines of `upload_pageable`, a kernel, and a
+/// 4-byte loss readback from the line of `read_loss_every_step`.
+fn readback_pageable_trace(steps: u64) -> Vec<u8> {
+    use perfkit_profiler::TraceWriter;
+    use perfkit_profiler::model::{
+        Callsite, CallsiteKind, EndReason, GpuEvent, GpuOpKind, Header, HostMemory, KernelInfo,
+        Record, SourceLocation, SpanEdge, SpanId, SpanNew, ThreadInfo, TraceEnd,
+    };
+    use std::sync::Arc;
+
+    let mut w = TraceWriter::new(Vec::new(), &Header::new("train", 11)).expect("header");
+    w.write(&Record::Thread(ThreadInfo::new(0, 1, Some("main"))))
+        .expect("write");
+    let step_cs = Arc::new(Callsite::new("step", "train", CallsiteKind::Span, &[]));
+    let at = |line: u32| {
+        Some(SourceLocation {
+            file: "kernels/src/antipatterns.rs".into(),
+            line,
+            column: 12,
+        })
+    };
+    let gpu = |id: u64, kind, bytes, mem, host: (u64, u64), dev: (u64, u64), loc| GpuEvent {
+        thread: 0,
+        kind,
+        id,
+        device: 0,
+        stream: Some(1),
+        bytes,
+        host_memory: mem,
+        host_start: host.0,
+        host_end: host.1,
+        gpu_start: Some(dev.0),
+        gpu_end: Some(dev.1),
+        span: None,
+        location: loc,
+        kernel: (kind == GpuOpKind::Kernel).then(|| KernelInfo {
+            name: "bias_act_fwd".into(),
+            grid: [64, 1, 1],
+            block: [256, 1, 1],
+            shared_mem_bytes: 0,
+        }),
+    };
+    let mut t = 1_000u64;
+    let mut id = 1u64;
+    for step in 0..steps {
+        let span = SpanId(step + 1);
+        w.write(&Record::SpanNew(SpanNew {
+            thread: 0,
+            ts: t,
+            id: span,
+            parent: None,
+            callsite: step_cs.clone(),
+            fields: Vec::new(),
+        }))
+        .expect("write");
+        w.write(&Record::SpanEnter(SpanEdge {
+            thread: 0,
+            ts: t,
+            span,
+        }))
+        .expect("write");
+        let ops = vec![
+            // Pageable upload of the batch (802,816 bytes) and of the labels.
+            gpu(
+                id,
+                GpuOpKind::MemcpyHtoD,
+                802_816,
+                Some(HostMemory::Pageable),
+                (t, t + 150_000),
+                (t + 10_000, t + 140_000),
+                at(118),
+            ),
+            gpu(
+                id + 1,
+                GpuOpKind::MemcpyHtoD,
+                1_024,
+                Some(HostMemory::Pageable),
+                (t + 150_000, t + 160_000),
+                (t + 152_000, t + 155_000),
+                at(119),
+            ),
+            gpu(
+                id + 2,
+                GpuOpKind::Kernel,
+                0,
+                None,
+                (t + 160_000, t + 165_000),
+                (t + 165_000, t + 465_000),
+                None,
+            ),
+            // The readback waits for the kernel.
+            gpu(
+                id + 3,
+                GpuOpKind::MemcpyDtoH,
+                4,
+                Some(HostMemory::Pageable),
+                (t + 165_000, t + 470_000),
+                (t + 466_000, t + 468_000),
+                at(29),
+            ),
+        ];
+        id += 4;
+        t += 500_000;
+        for op in ops {
+            w.write(&Record::Gpu(op)).expect("write");
+        }
+        w.write(&Record::SpanExit(SpanEdge {
+            thread: 0,
+            ts: t,
+            span,
+        }))
+        .expect("write");
+        w.write(&Record::SpanClose(SpanEdge {
+            thread: 0,
+            ts: t,
+            span,
+        }))
+        .expect("write");
+    }
+    w.write(&Record::End(TraceEnd {
+        ts: t,
+        end_unix_ns: 0,
+        reason: EndReason::GuardDropped,
+        records: 0,
+        dropped: 0,
+    }))
+    .expect("write");
+    w.finish().expect("finish")
+}
+
+#[test]
+fn lint_findings_of_the_trainer_are_confirmed_by_a_run_that_executes_their_lines() {
+    use perfkit_reports::rules::{self, ProfileConfig};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("train-11.pktrace");
+    std::fs::write(&trace, readback_pageable_trace(20)).expect("write");
+    let analysis =
+        perfkit_reports::analyze_path(&trace, &perfkit_reports::AnalyzeOptions::default())
+            .expect("analyse");
+    let runtime = rules::evaluate(&analysis, &ProfileConfig::default()).expect("evaluate");
+
+    // The trainer's lint findings, as `perfkit demo`/`perfkit profile` turn them into report
+    // findings (`path:line:column`, paths relative to the repository root).
+    let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new([root().join("kernels")]))
+        .expect("lint");
+    let lint: Vec<perfkit_reports::Finding> = report
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let rel = d.path.strip_prefix(root()).unwrap_or(&d.path);
+            perfkit_reports::Finding {
+                code: d.code.to_owned(),
+                name: d.name.to_owned(),
+                severity: perfkit_reports::Severity::Warning,
+                message: d.message.clone(),
+                help: d.help.clone(),
+                location: Some(format!(
+                    "{}:{}:{}",
+                    rel.display(),
+                    d.region.line,
+                    d.region.column
+                )),
+                origin: "lint".to_owned(),
+                confirmed: false,
+                cost_per_step_ns: None,
+                share_of_step_percent: None,
+                bytes: None,
+                count: None,
+            }
+        })
+        .collect();
+    assert!(lint.iter().any(|f| f.code == "PK101"), "{lint:#?}");
+    let merged = rules::confirm(lint, runtime);
+    for (code, line) in [("PK101", ":29:"), ("PK303", ":118:")] {
+        let f = merged
+            .iter()
+            .find(|f| {
+                f.code == code
+                    && f.origin == "lint"
+                    && f.location.as_deref().is_some_and(|l| l.contains(line))
+            })
+            .unwrap_or_else(|| panic!("{code} lint finding missing: {merged:#?}"));
+        assert!(f.confirmed, "{code} not confirmed: {merged:#?}");
+        let cost = f.cost_per_step_ns.expect("cost");
+        assert!(cost > 0 && f.share_of_step_percent.is_some(), "{f:#?}");
+    }
+    // PK101: the host waited 305 us per step on a 500 us step.
+    let pk101 = merged
+        .iter()
+        .find(|f| f.code == "PK101" && f.confirmed)
+        .expect("pk101");
+    assert_eq!(pk101.cost_per_step_ns, Some(305_000));
+    assert_eq!(pk101.share_of_step_percent, Some(61.0));
+    // Lines that never ran (the other anti-pattern switches) stay unconfirmed.
+    assert!(merged.iter().any(|f| f.code == "PK202" && !f.confirmed));
+}
+
+#[test]
+fn runs_without_steps_cannot_be_compared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = synth::Synth::new(Vec::new(), "train", 3, None, 0);
+    s.kernel(0, "gemm_fwd", synth::COMPUTE, 100_000, false);
+    let trace = dir.path().join("nosteps.pktrace");
+    std::fs::write(&trace, s.finish(false)).expect("write");
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&trace)
+        .arg("--candidate")
+        .arg(&trace)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("need step spans"));
+}
+
+#[test]
+fn a_profile_table_in_perfkit_toml_does_not_break_the_lint_gate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("perfkit.toml"),
+        "[profile]\nidle-share = 0.3\nloader-spans = [\"fetch\"]\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("lib.rs"),
+        "pub fn add(a: u32, b: u32) -> u32 { a + b }\n",
+    )
+    .expect("write");
+    perfkit()
+        .current_dir(dir.path())
+        .args(["check", "--lint", "."])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("perfkit check: PASS"));
+}

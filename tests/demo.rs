@@ -1,0 +1,217 @@
+//! `perfkit demo` on the CPU, and the commands of `docs/ci.md` run as written.
+//!
+//! Both profile real runs of the reference trainer (linked into `perfkit`, started as
+//! `perfkit demo --run-trainer`), on the CPU: no GPU is needed.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn perfkit() -> Command {
+    let mut c = Command::cargo_bin("perfkit").expect("perfkit binary");
+    c.env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("PERFKIT_TRACE");
+    c
+}
+
+fn findings_of(summary: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(summary).expect("summary.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("summary is JSON");
+    v["findings"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn demo_profiles_lints_and_diffs_the_reference_trainer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("demo");
+    perfkit()
+        .current_dir(root())
+        .args(["demo", "--device", "cpu", "--steps", "4", "--out"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("perfkit demo: where to look"))
+        .stdout(predicate::str::contains("== diff: median step"))
+        .stdout(predicate::str::contains(
+            "a CPU run: the runtime rules measure GPU work",
+        ));
+
+    for file in [
+        "tuned/report.html",
+        "tuned/summary.json",
+        "anti-patterns/report.html",
+        "anti-patterns/summary.json",
+        "diff/diff.html",
+        "diff/diff.json",
+        "diff/diff.txt",
+        "lint.txt",
+        "lint.sarif",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+
+    // The trainer's lint findings are in the report, at the anti-pattern functions' lines.
+    let findings = findings_of(&out.join("anti-patterns/summary.json"));
+    assert!(
+        findings.iter().any(|f| f["code"] == "PK101"
+            && f["origin"] == "lint"
+            && f["location"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("kernels/src/antipatterns.rs:"))),
+        "{findings:#?}"
+    );
+    // A CPU run has no GPU work: no runtime finding, in either run.
+    for run in ["tuned", "anti-patterns"] {
+        let f = findings_of(&out.join(run).join("summary.json"));
+        assert!(f.iter().all(|x| x["origin"] != "runtime"), "{run}: {f:#?}");
+    }
+    let html = std::fs::read_to_string(out.join("anti-patterns/report.html")).expect("html");
+    assert!(html.contains("PK101"));
+
+    let sarif = std::fs::read_to_string(out.join("lint.sarif")).expect("sarif");
+    assert!(sarif.contains("\"PK102\""));
+
+    // The demo's runs are valid inputs to the gate: a run against itself passes.
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(out.join("tuned"))
+        .arg("--candidate")
+        .arg(out.join("tuned"))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("perfkit check: PASS"));
+}
+
+/// The `run:` commands of the workflow in docs/ci.md, by step name, and the lines of the
+/// "Recording the baseline" block.
+fn ci_doc() -> (Vec<(String, String)>, Vec<String>) {
+    let text = std::fs::read_to_string(root().join("docs/ci.md")).expect("docs/ci.md");
+    let mut steps = Vec::new();
+    let mut name = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(n) = t.strip_prefix("- name: ") {
+            name = n.to_owned();
+        } else if let Some(cmd) = t.strip_prefix("run: ") {
+            steps.push((name.clone(), cmd.to_owned()));
+        }
+    }
+    let baseline_block = text
+        .split("## Recording the baseline")
+        .nth(1)
+        .and_then(|s| s.split("```sh").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("baseline block");
+    let baseline = baseline_block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (steps, baseline)
+}
+
+fn step<'a>(steps: &'a [(String, String)], name: &str) -> &'a str {
+    &steps
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no step `{name}` in docs/ci.md: {steps:?}"))
+        .1
+}
+
+/// Runs a documented command with `sh`, `perfkit` on the PATH. Profiled runs are shortened to
+/// 3 steps (the debug build is slow), nothing else is changed.
+fn sh(work: &Path, bin: &Path, cmd: &str) -> std::process::Output {
+    let cmd = cmd.replace("--steps 100", "--steps 3");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    StdCommand::new("sh")
+        .arg("-c")
+        .arg(&cmd)
+        .current_dir(work)
+        .env("PATH", path)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("PERFKIT_TRACE")
+        .output()
+        .expect("run sh")
+}
+
+#[test]
+fn ci_doc_commands_work_as_written() {
+    let (steps, baseline) = ci_doc();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("repo");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(work.join("src")).expect("mkdir");
+    std::fs::create_dir_all(work.join("target/release")).expect("mkdir");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let exe = assert_cmd::cargo::cargo_bin("perfkit");
+    std::os::unix::fs::symlink(&exe, bin.join("perfkit")).expect("link perfkit");
+    // The documented `cargo build --release --bin train` stands for the user's program; here it
+    // is the reference trainer linked into perfkit.
+    let train = work.join("target/release/train");
+    std::fs::write(
+        &train,
+        format!(
+            "#!/bin/sh\nexec '{}' demo --run-trainer \"$@\"\n",
+            exe.display()
+        ),
+    )
+    .expect("write train");
+    std::fs::set_permissions(&train, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+
+    // Lint gate: clean code passes and writes SARIF ...
+    let lint = step(&steps, "Lint gate");
+    std::fs::write(
+        work.join("src/lib.rs"),
+        "pub fn add(a: u32, b: u32) -> u32 { a + b }\n",
+    )
+    .expect("write");
+    let o = sh(&work, &bin, lint);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(work.join("perfkit.sarif").is_file());
+    // ... and a step loop that reads a value back every step fails with an annotation.
+    let fixture = root().join("fixtures/lint/pk101-host-readback-in-step-loop/src");
+    for entry in std::fs::read_dir(&fixture).expect("fixture") {
+        let p = entry.expect("entry").path();
+        std::fs::copy(&p, work.join("src").join(p.file_name().expect("name"))).expect("copy");
+    }
+    let o = sh(&work, &bin, lint);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("::warning file=src/"), "{stdout}");
+    let sarif = std::fs::read_to_string(work.join("perfkit.sarif")).expect("sarif");
+    assert!(sarif.contains("\"PK101\""));
+
+    // Recording the baseline, then the profile and the profile gate of the workflow.
+    for line in &baseline {
+        let o = sh(&work, &bin, line);
+        assert!(o.status.success(), "{line}: {o:?}");
+    }
+    assert!(work.join(".perfkit/baseline.json").is_file());
+    let o = sh(&work, &bin, step(&steps, "Profile"));
+    assert!(o.status.success(), "{o:?}");
+    let o = sh(&work, &bin, step(&steps, "Profile gate"));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // Two separate CPU runs: pass or fail depends on the machine, an error never.
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{o:?}");
+    assert!(stdout.contains("median step time: "), "{stdout}");
+
+    // The baseline against the run it was recorded from passes.
+    let o = sh(
+        &work,
+        &bin,
+        "perfkit check --baseline .perfkit/baseline.json --candidate perfkit-out/baseline --max-regression 10% --format github",
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
