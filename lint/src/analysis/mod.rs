@@ -208,6 +208,14 @@ impl<'a> CallFact<'a> {
     pub fn is(&self, name: &str) -> bool {
         self.name == name
     }
+
+    /// The call as findings name it: `Type::name` for a qualified path call, else the name.
+    pub fn shown(&self) -> String {
+        match self.call.qualifier() {
+            Some(q) if !self.call.is_method() => format!("{q}::{}", self.name),
+            _ => self.name.to_string(),
+        }
+    }
 }
 
 /// Everything the single visitor pass collects from one file.
@@ -233,6 +241,18 @@ pub struct FileFacts<'a> {
     pub test_file: bool,
     /// Set when the tree nests deeper than the analysis follows; the file is reported as an error.
     pub too_deep: Option<Span>,
+}
+
+impl FileFacts<'_> {
+    /// The index of the innermost function whose body contains byte offset `at`.
+    pub fn innermost_fn(&self, at: usize) -> Option<usize> {
+        self.fns
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.block.span().byte_range().contains(&at))
+            .min_by_key(|(_, f)| f.block.span().byte_range().len())
+            .map(|(i, _)| i)
+    }
 }
 
 /// A parsed file with its facts.
@@ -350,6 +370,22 @@ impl<'a> CrateContext<'a> {
             .flat_map(|f| f.facts.calls.iter().map(move |c| (f.id, c)))
     }
 
+    /// The path calls outside test code whose callee is qualified (`Type::name(..)`), with the
+    /// callee path and its last two segments (`Type`, `name`) as text, in the order of
+    /// [`Self::calls`].
+    pub fn qualified_calls(
+        &self,
+    ) -> impl Iterator<Item = (FileId, &'a syn::Path, String, String)> + 'a {
+        self.calls().filter_map(|(file, call)| {
+            if call.in_test {
+                return None;
+            }
+            let path = call.call.path()?;
+            let ty = call.call.qualifier()?;
+            Some((file, path, ty.to_string(), call.call.name().to_string()))
+        })
+    }
+
     /// The configuration in force for this crate.
     pub fn config(&self) -> &'a Config {
         self.config
@@ -426,6 +462,13 @@ impl<'a> CrateContext<'a> {
         self.analysis.is_statically_cpu(self, file, call)
     }
 
+    /// [`Self::step_loop`] for work on an accelerator: also None when the device at `call` is
+    /// statically the CPU ([`Self::is_statically_cpu`]).
+    pub fn device_step_loop(&self, file: FileId, call: &CallFact<'_>) -> Option<StepHit> {
+        let hit = self.step_loop(file, call)?;
+        (!self.is_statically_cpu(file, call)).then_some(hit)
+    }
+
     /// What device an expression names: `&Device::Cpu`, `kind::FLOAT_CUDA`, `(Kind::Float, Device::Cpu)`,
     /// `&device` (a binding: [`DeviceKind::Unknown`]).
     pub fn device_of(&self, expr: &syn::Expr) -> DeviceKind {
@@ -448,6 +491,18 @@ pub(crate) fn region_of(span: Span) -> Region {
         end_line: end.line.max(1),
         end_column: end.column + 1,
     }
+}
+
+/// The last two segments of a call path without generics, joined by `::`: `Tensor::zeros`,
+/// `Tensor::<1>::from_floats` -> `Tensor::from_floats`, `CudaContext::new`.
+pub(crate) fn path_text(path: &syn::Path) -> String {
+    let n = path.segments.len();
+    path.segments
+        .iter()
+        .skip(n.saturating_sub(2))
+        .map(|s| s.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::")
 }
 
 thread_local! {

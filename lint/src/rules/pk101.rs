@@ -52,14 +52,11 @@ impl Rule for HostReadbackInStepLoop {
             let Some(what) = readback(cx, file, call) else {
                 continue;
             };
-            // Not in (or called from) a step loop: a readback after training is fine.
-            let Some(hit) = cx.step_loop(file, call) else {
+            // Not in (or called from) a step loop: a readback after training is fine. On a device that is
+            // statically the CPU nothing crosses PCIe.
+            let Some(hit) = cx.device_step_loop(file, call) else {
                 continue;
             };
-            // The code's device is statically the CPU: nothing crosses PCIe.
-            if cx.is_statically_cpu(file, call) {
-                continue;
-            }
             let finding = Finding::new(
                 file,
                 cx.region(call.call.name_span()),
@@ -122,8 +119,5 @@ fn readback(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<
     if !is_readback {
         return None;
     }
-    Some(match call.call.qualifier() {
-        Some(q) if !call.call.is_method() => format!("{q}::{name}"),
-        _ => name.to_string(),
-    })
+    Some(call.shown())
 }

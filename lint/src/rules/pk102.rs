@@ -51,14 +51,11 @@ impl Rule for SyncInStepLoop {
             let Some(what) = sync_call(cx, file, call) else {
                 continue;
             };
-            // Not in (or called from) a step loop: a final synchronize is what it is for.
-            let Some(hit) = cx.step_loop(file, call) else {
+            // Not in (or called from) a step loop: a final synchronize is what it is for. A CPU device has
+            // nothing to wait for.
+            let Some(hit) = cx.device_step_loop(file, call) else {
                 continue;
             };
-            // A CPU device has nothing to wait for.
-            if cx.is_statically_cpu(file, call) {
-                continue;
-            }
             out.push(
                 Finding::new(
                     file,
@@ -94,8 +91,5 @@ fn sync_call(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option
     if !is_sync {
         return None;
     }
-    Some(match call.call.qualifier() {
-        Some(q) if !call.call.is_method() => format!("{q}::{name}"),
-        _ => name.to_string(),
-    })
+    Some(call.shown())
 }

@@ -5,7 +5,7 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
-use crate::analysis::{CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework};
+use crate::analysis::{CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework, path_text};
 use crate::diagnostic::{Edit, Fix};
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -732,17 +732,6 @@ fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
         }
         TokenTree::Punct(_) => false,
     })
-}
-
-/// `Tensor::zeros`, `Tensor::<1>::from_floats` -> `Tensor::from_floats`: the path without generics.
-fn path_text(path: &syn::Path) -> String {
-    let n = path.segments.len();
-    path.segments
-        .iter()
-        .skip(n.saturating_sub(2))
-        .map(|s| s.ident.to_string())
-        .collect::<Vec<_>>()
-        .join("::")
 }
 
 #[cfg(test)]

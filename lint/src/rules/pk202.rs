@@ -69,14 +69,11 @@ impl Rule for AllocInStepLoop {
             let Some((what, help)) = allocation(cx, file, call) else {
                 continue;
             };
-            // Outside step loops, allocating is how buffers are made.
-            let Some(hit) = cx.step_loop(file, call) else {
+            // Outside step loops, allocating is how buffers are made; host memory is not a device
+            // allocation.
+            let Some(hit) = cx.device_step_loop(file, call) else {
                 continue;
             };
-            // Host memory: not a device allocation.
-            if cx.is_statically_cpu(file, call) {
-                continue;
-            }
             out.push(
                 Finding::new(
                     file,

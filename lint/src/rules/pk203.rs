@@ -139,10 +139,7 @@ impl Rule for PerSampleUpload {
                     );
                     continue;
                 }
-                let what = match call.call.qualifier() {
-                    Some(q) if !call.call.is_method() => format!("{q}::{}", call.name),
-                    _ => call.name.to_string(),
-                };
+                let what = call.shown();
                 out.push(
                     Finding::new(
                         file.id,

@@ -245,17 +245,24 @@ fn stmt_expr(stmt: &syn::Stmt) -> Option<(Option<String>, &Expr)> {
 }
 
 impl<'a> ChainWalker<'_, 'a> {
+    /// The path of `root` when it is a `DataLoaderBuilder::new` call no chain has claimed yet;
+    /// claims it.
+    fn claim(&mut self, root: &'a Expr) -> Option<&'a syn::Path> {
+        let (call, path) = builder_new_call(root)?;
+        let at = call.span().byte_range().start;
+        if self.claimed.contains(&at) {
+            return None;
+        }
+        self.claimed.push(at);
+        Some(path)
+    }
+
     /// Follows a chain rooted at `DataLoaderBuilder::new` from statement `i` of `stmts`.
     fn follow(&mut self, stmts: &'a [syn::Stmt], i: usize, start: &'a Expr) {
         let (root, methods) = unroll(strip_try(start));
-        let Some((call, path)) = builder_new_call(root) else {
+        let Some(path) = self.claim(root) else {
             return;
         };
-        let at = call.span().byte_range().start;
-        if self.claimed.contains(&at) {
-            return;
-        }
-        self.claimed.push(at);
         let mut all: Vec<&'a ExprMethodCall> = methods;
         if all.last().is_some_and(|m| m.method == "build") {
             self.chains.push(LoaderChain {
@@ -332,28 +339,11 @@ impl<'a> Visit<'a> for ChainWalker<'_, 'a> {
 
 impl<'a> ChainWalker<'_, 'a> {
     fn follow_nested(&mut self, build: &'a ExprMethodCall) {
-        let mut methods = vec![build];
-        let mut cur: &'a Expr = &build.receiver;
-        loop {
-            match cur {
-                Expr::MethodCall(m) => {
-                    methods.push(m);
-                    cur = &m.receiver;
-                }
-                Expr::Paren(p) => cur = &p.expr,
-                Expr::Group(g) => cur = &g.expr,
-                _ => break,
-            }
-        }
-        let Some((call, path)) = builder_new_call(cur) else {
+        let (root, mut methods) = unroll(&build.receiver);
+        methods.push(build);
+        let Some(path) = self.claim(root) else {
             return;
         };
-        let at = call.span().byte_range().start;
-        if self.claimed.contains(&at) {
-            return;
-        }
-        self.claimed.push(at);
-        methods.reverse();
         self.chains.push(LoaderChain {
             file: self.file,
             new_path: path,

@@ -56,18 +56,12 @@ impl Rule for PageableUploadInStepLoop {
             let Some(help) = pageable_upload(cx, file, call) else {
                 continue;
             };
-            // Uploading before the loop (the whole data set, once) is the cure, not the problem.
-            let Some(hit) = cx.step_loop(file, call) else {
+            // Uploading before the loop (the whole data set, once) is the cure, not the problem; a CPU
+            // "device" has no transfer at all.
+            let Some(hit) = cx.device_step_loop(file, call) else {
                 continue;
             };
-            // A CPU "device": no transfer at all.
-            if cx.is_statically_cpu(file, call) {
-                continue;
-            }
-            let what = match call.call.qualifier() {
-                Some(q) if !call.call.is_method() => format!("{q}::{}", call.name),
-                _ => call.name.to_string(),
-            };
+            let what = call.shown();
             out.push(
                 Finding::new(
                     file,

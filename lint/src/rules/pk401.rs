@@ -218,14 +218,7 @@ fn kind_constants(cx: &CrateContext<'_>, crate_file: &CrateFile<'_>, out: &mut V
         }
         let at = span.byte_range().start;
         // The innermost function around the constant.
-        let fn_idx = crate_file
-            .facts
-            .fns
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.block.span().byte_range().contains(&at))
-            .min_by_key(|(_, f)| f.block.span().byte_range().len())
-            .map(|(i, _)| i);
+        let fn_idx = crate_file.facts.innermost_fn(at);
         if fn_has_fallback(crate_file, fn_idx) {
             continue;
         }

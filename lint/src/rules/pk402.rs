@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use syn::Expr;
 
-use crate::analysis::{CallFact, CallRef, CrateContext, FileId};
+use crate::analysis::{CallFact, CallRef, CrateContext, FileId, path_text};
 use crate::rules::pk201::strip_ref;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -344,15 +344,7 @@ impl<'c, 'a> InitGraph<'c, 'a> {
 /// `CudaContext::new`, `Cuda::is_available`: the last two path segments.
 fn call_text(call: &CallFact<'_>) -> String {
     match call.call {
-        CallRef::Path(_, path) => {
-            let n = path.segments.len();
-            path.segments
-                .iter()
-                .skip(n.saturating_sub(2))
-                .map(|s| s.ident.to_string())
-                .collect::<Vec<_>>()
-                .join("::")
-        }
+        CallRef::Path(_, path) => path_text(path),
         CallRef::Method(m) => m.method.to_string(),
     }
 }

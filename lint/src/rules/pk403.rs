@@ -1,6 +1,6 @@
 //! PK403 `checkpoint-load-without-device`: tch loaders that restore tensors to their saved device.
 
-use crate::analysis::{CallRef, CrateContext, Framework};
+use crate::analysis::{CrateContext, Framework};
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -48,19 +48,7 @@ impl Rule for CheckpointLoadWithoutDevice {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
-        for (file, call) in cx.calls() {
-            if call.in_test {
-                continue;
-            }
-            let CallRef::Path(_, path) = call.call else {
-                continue;
-            };
-            let n = path.segments.len();
-            if n < 2 {
-                continue;
-            }
-            let ty = path.segments[n - 2].ident.to_string();
-            let name = path.segments[n - 1].ident.to_string();
+        for (file, path, ty, name) in cx.qualified_calls() {
             let help = match (ty.as_str(), name.as_str()) {
                 ("CModule", "load") => {
                     "choose the device when loading: `CModule::load_on_device(path, device)`"

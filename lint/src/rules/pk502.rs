@@ -158,15 +158,7 @@ fn is_batch_size_name(name: &str) -> bool {
 /// Whether `span` lies in a function that has a step loop (or is called from one).
 fn in_training_fn(cx: &CrateContext<'_>, file: &CrateFile<'_>, span: Span) -> bool {
     let at = span.byte_range().start;
-    let Some(f) = file
-        .facts
-        .fns
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.block.span().byte_range().contains(&at))
-        .min_by_key(|(_, f)| f.block.span().byte_range().len())
-        .map(|(i, _)| i)
-    else {
+    let Some(f) = file.facts.innermost_fn(at) else {
         return false;
     };
     file.facts

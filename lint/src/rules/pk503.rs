@@ -1,6 +1,6 @@
 //! PK503 `multi-device-instead-of-ddp`: burn's multi-device strategy where DDP is available.
 
-use crate::analysis::{CallRef, CrateContext};
+use crate::analysis::CrateContext;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -50,19 +50,7 @@ impl Rule for MultiDeviceInsteadOfDdp {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
-        for (file, call) in cx.calls() {
-            if call.in_test {
-                continue;
-            }
-            let CallRef::Path(_, path) = call.call else {
-                continue;
-            };
-            let n = path.segments.len();
-            if n < 2 {
-                continue;
-            }
-            let ty = path.segments[n - 2].ident.to_string();
-            let name = path.segments[n - 1].ident.to_string();
+        for (file, path, ty, name) in cx.qualified_calls() {
             let help = match (ty.as_str(), name.as_str()) {
                 ("ExecutionStrategy", "MultiDevice" | "multi") => {
                     "use `ExecutionStrategy::ddp(devices, DistributedConfig { .. })` (burn's `ddp` \
