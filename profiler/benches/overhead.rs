@@ -95,7 +95,8 @@ fn main() {
     let (flame_layer, flame_guard) =
         tracing_flame::FlameLayer::with_file(tmp.path().join("flame.folded")).expect("flame file");
     // perfkit with its default settings (64 Ki slots per thread); `--buffer SLOTS` overrides the
-    // buffer. The table says how many records were dropped (none at the default size here).
+    // buffer. The table says how many records were dropped: in these tight loops a writer
+    // thread that does not get a core in time (a busy machine) makes the buffer overflow.
     let buffer = args
         .iter()
         .position(|a| a == "--buffer")

@@ -1,10 +1,14 @@
 //! [`PerfLayer`]: the `tracing_subscriber::Layer` that records spans and events.
 //!
-//! The hot path reads the clock (TSC where available), copies one or two 32-byte slots into the
-//! calling thread's ring and returns. Span ids of the trace are allocated from per-thread blocks,
-//! so creating a span touches no shared cache line. Nothing here does I/O, takes a lock that
-//! another recording thread could hold, or allocates in the steady state (the registry keeps one
-//! small extension per span). Nothing here panics: failures are counted as dropped records.
+//! The hot path copies one or two 32-byte slots into the calling thread's ring and returns; an
+//! enter and an exit each read the clock (TSC where available) once, a creation and a close
+//! that follows its exit reuse the thread's latest reading. Span ids of the trace are allocated
+//! from per-thread blocks, so creating a span touches no shared cache line, and nothing is
+//! stored in the registry: spans created on the recording thread are found in its own small
+//! table; a span used on another thread is sent with its `tracing` id, which the writer maps
+//! to the trace id from the span's creation record. Nothing here does I/O, takes a lock that
+//! another recording thread could hold, or allocates in the steady state. Nothing here
+//! panics: failures are counted as dropped records.
 
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -16,11 +20,7 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::session::{MAX_TEXT, Producer, Shared, Slot, kind, vtype, with_producer};
-
-/// The trace span id, stored in the registry's extensions of each span.
-#[derive(Clone, Copy)]
-struct TraceSpanId(u64);
+use crate::session::{MAX_TEXT, Producer, RAW_SPAN, Shared, Slot, kind, vtype, with_producer};
 
 /// Records spans (new, enter, exit, close, recorded values) and events into perfkit's trace.
 ///
@@ -137,15 +137,6 @@ impl PerfLayer {
         self.shared.active.load(Ordering::Relaxed)
     }
 
-    fn trace_id<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u64>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        let span = ctx.span(id)?;
-        let ext = span.extensions();
-        ext.get::<TraceSpanId>().map(|t| t.0)
-    }
-
     fn record_values(p: &mut Producer, start: usize, f: impl FnOnce(&mut Values<'_>)) -> u64 {
         let Producer { scratch, text, .. } = p;
         scratch.truncate(start);
@@ -163,46 +154,51 @@ impl<S> tracing_subscriber::Layer<S> for PerfLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         if !self.active() {
             return;
         }
-        let ts = self.shared.raw_now();
-        let explicit_parent = if attrs.is_contextual() || attrs.is_root() {
-            None
-        } else {
-            attrs.parent().and_then(|p| Self::trace_id(p, &ctx))
-        };
+        let raw = id.into_u64();
         let meta: &'static Metadata<'static> = attrs.metadata();
         let has_values = !attrs.values().is_empty();
-        let tid = with_producer(&self.shared, |p| {
-            let sid = p.new_span_id();
-            let parent = if attrs.is_contextual() {
-                p.current_span().unwrap_or(0)
+        with_producer(&self.shared, |p| {
+            // No clock reading for a creation: it takes the thread's latest reading (a lower
+            // bound; the creation is almost always next to the enter or the previous close).
+            let ts = if p.last_ts != 0 {
+                p.last_ts
             } else {
-                explicit_parent.unwrap_or(0)
+                let ts = self.shared.raw_now();
+                p.last_ts = ts;
+                ts
+            };
+            let sid = p.new_span_id();
+            // The parent as (trace id, tracing id): a trace id of 0 leaves it to the writer.
+            let (parent, parent_raw) = if attrs.is_contextual() {
+                p.current().unwrap_or((0, 0))
+            } else if let Some(pr) = attrs.parent() {
+                let pr = pr.into_u64();
+                (p.resolve(pr), pr)
+            } else {
+                (0, 0)
             };
             let meta = meta as *const Metadata<'static> as u64;
             if has_values {
                 p.scratch.clear();
                 p.scratch.push([0, sid, parent, ts]);
-                p.scratch.push([meta, 0, 0, 0]);
+                p.scratch.push([meta, 0, raw, parent_raw]);
                 let count = Self::record_values(p, 2, |v| attrs.record(v));
                 let n = p.scratch.len();
                 p.scratch[0][0] = head(kind::NEW, n, 0);
                 p.scratch[1][1] = count;
                 p.push_scratch();
             } else {
-                p.push2([head(kind::NEW, 2, 0), sid, parent, ts], [meta, 0, 0, 0]);
+                p.push2(
+                    [head(kind::NEW, 2, 0), sid, parent, ts],
+                    [meta, 0, raw, parent_raw],
+                );
             }
-            p.last_new = (id.into_u64(), sid);
-            sid
+            p.live_insert(raw, sid);
         });
-        if let Some(sid) = tid
-            && let Some(span) = ctx.span(id)
-        {
-            span.extensions_mut().insert(TraceSpanId(sid));
-        }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -210,124 +206,202 @@ where
             return;
         }
         let ts = self.shared.raw_now();
-        let Some(span) = ctx.span(id) else {
+        let Some(meta) = ctx.metadata(id) else {
             return;
         };
-        let Some(sid) = span.extensions().get::<TraceSpanId>().map(|t| t.0) else {
-            return;
-        };
-        let meta = span.metadata() as *const Metadata<'static> as u64;
+        let meta = meta as *const Metadata<'static> as u64;
+        let raw = id.into_u64();
         with_producer(&self.shared, |p| {
+            p.last_ts = ts;
+            let sid = p.resolve(raw);
+            let (span, flag) = if sid != 0 { (sid, 0) } else { (raw, RAW_SPAN) };
             p.scratch.clear();
-            p.scratch.push([0, sid, ts, meta]);
+            p.scratch.push([0, span, ts, meta]);
             let count = Self::record_values(p, 1, |v| values.record(v));
             let n = p.scratch.len();
-            p.scratch[0][0] = head(kind::RECORD, n, count & 0xffff);
+            p.scratch[0][0] = head(kind::RECORD, n, count & 0xffff) | flag;
             p.push_scratch();
         });
     }
 
-    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
         if !self.active() {
             return;
         }
         let ts = self.shared.raw_now();
         let raw = id.into_u64();
-        let hit = with_producer(&self.shared, |p| {
-            if p.last_new.0 != raw {
-                return false;
-            }
-            let sid = p.last_new.1;
-            p.last_new = (0, 0);
+        with_producer(&self.shared, |p| {
+            // 0 when the span was not created on this thread: the writer resolves it.
+            let sid = p.live_get(raw);
+            p.last_ts = ts;
             p.stack.push((raw, sid));
-            p.push1([head(kind::ENTER, 1, 0), sid, ts, 0]);
-            true
+            p.push1([head(kind::ENTER, 1, 0), sid, ts, raw]);
         });
-        if hit == Some(false)
-            && let Some(sid) = Self::trace_id(id, &ctx)
-        {
-            with_producer(&self.shared, |p| {
-                p.stack.push((raw, sid));
-                p.push1([head(kind::ENTER, 1, 0), sid, ts, 0]);
-            });
-        }
     }
 
-    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         if !self.active() {
             return;
         }
         let ts = self.shared.raw_now();
         let raw = id.into_u64();
-        // The innermost entered span is almost always the one exited: no registry lookup then.
-        let found = with_producer(&self.shared, |p| {
-            let pos = p.stack.iter().rposition(|e| e.0 == raw)?;
-            let sid = p.stack.remove(pos).1;
-            p.last_exit = (raw, sid);
-            p.push1([head(kind::EXIT, 1, 0), sid, ts, 0]);
-            Some(())
-        })
-        .flatten();
-        if found.is_none()
-            && let Some(sid) = Self::trace_id(id, &ctx)
-        {
-            with_producer(&self.shared, |p| {
-                p.push1([head(kind::EXIT, 1, 0), sid, ts, 0]);
-            });
-        }
+        with_producer(&self.shared, |p| {
+            // The innermost entered span is almost always the one exited.
+            let sid = match p.stack.last() {
+                Some(&(r, sid)) if r == raw => {
+                    p.stack.pop();
+                    sid
+                }
+                _ => match p.stack.iter().rposition(|e| e.0 == raw) {
+                    Some(pos) => p.stack.remove(pos).1,
+                    None => p.live_get(raw),
+                },
+            };
+            p.last_ts = ts;
+            p.push1([head(kind::EXIT, 1, 0), sid, ts, raw]);
+            p.last_exit = (raw, sid, ts, p.head());
+        });
     }
 
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         if !self.active() {
             return;
         }
-        let ts = self.shared.raw_now();
         let raw = id.into_u64();
-        let hit = with_producer(&self.shared, |p| {
-            // Forget cached ids of this span: the id may name another span after this.
-            if p.last_new.0 == raw {
-                p.last_new = (0, 0);
+        with_producer(&self.shared, |p| {
+            let (last, last_sid, last_ts, last_head) = p.last_exit;
+            p.last_exit = (0, 0, 0, usize::MAX);
+            // A close right after the span's exit (nothing recorded in between on this thread)
+            // reuses the exit's timestamp: they are nanoseconds apart.
+            let ts = if last == raw && p.head() == last_head {
+                last_ts
+            } else {
+                let ts = self.shared.raw_now();
+                p.last_ts = ts;
+                ts
+            };
+            let mut sid = p.live_remove(raw);
+            if sid == 0 && last == raw {
+                sid = last_sid;
             }
-            if p.last_exit.0 != raw {
-                return false;
-            }
-            let sid = p.last_exit.1;
-            p.last_exit = (0, 0);
-            p.push1([head(kind::CLOSE, 1, 0), sid, ts, 0]);
-            true
+            p.push1([head(kind::CLOSE, 1, 0), sid, ts, raw]);
         });
-        if hit == Some(false)
-            && let Some(sid) = Self::trace_id(&id, &ctx)
-        {
-            with_producer(&self.shared, |p| {
-                p.push1([head(kind::CLOSE, 1, 0), sid, ts, 0]);
-            });
-        }
     }
 
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         if !self.active() || !self.shared.config.record_events {
             return;
         }
         let ts = self.shared.raw_now();
-        let explicit = if event.is_contextual() || event.is_root() {
-            None
-        } else {
-            event.parent().and_then(|p| Self::trace_id(p, &ctx))
-        };
         let meta = event.metadata() as *const Metadata<'static> as u64;
         with_producer(&self.shared, |p| {
-            let span = if event.is_contextual() {
-                p.current_span().unwrap_or(0)
+            let (sid, raw) = if event.is_contextual() {
+                p.current().unwrap_or((0, 0))
+            } else if let Some(pr) = event.parent() {
+                let pr = pr.into_u64();
+                (p.resolve(pr), pr)
             } else {
-                explicit.unwrap_or(0)
+                (0, 0)
+            };
+            p.last_ts = ts;
+            let (span, flag) = if sid == 0 && raw != 0 {
+                (raw, RAW_SPAN)
+            } else {
+                (sid, 0)
             };
             p.scratch.clear();
             p.scratch.push([0, span, ts, meta]);
             let count = Self::record_values(p, 1, |v| event.record(v));
             let n = p.scratch.len();
-            p.scratch[0][0] = head(kind::EVENT, n, count & 0xffff);
+            p.scratch[0][0] = head(kind::EVENT, n, count & 0xffff) | flag;
             p.push_scratch();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use crate::model::{Record, SpanId};
+    use crate::{Builder, TraceReader};
+
+    /// Spans created on one thread and entered, used as parents and closed on others (the
+    /// writer resolves their `tracing` ids) keep one trace identity, while `tracing` reuses
+    /// the ids of closed spans all the time.
+    #[test]
+    fn spans_handed_to_other_threads_resolve_to_their_trace_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("handoff.pktrace");
+        let (layer, guard) = Builder::new()
+            .output(&path)
+            .buffer_size(1 << 16)
+            .wait_when_full(std::time::Duration::from_secs(5))
+            .build_local()
+            .unwrap()
+            .unwrap();
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        const N: usize = 3000;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<tracing::Span>(64);
+        std::thread::scope(|s| {
+            let d = dispatch.clone();
+            s.spawn(move || {
+                tracing::dispatcher::with_default(&d, || {
+                    for i in 0..N {
+                        let span = tracing::info_span!("job", i);
+                        if tx.send(span).is_err() {
+                            return;
+                        }
+                    }
+                });
+            });
+            let d = dispatch.clone();
+            s.spawn(move || {
+                tracing::dispatcher::with_default(&d, || {
+                    for span in rx {
+                        let _e = span.enter();
+                        tracing::info_span!(parent: &span, "part").in_scope(|| {
+                            let _c = tracing::info_span!("child").entered();
+                        });
+                    }
+                });
+            });
+        });
+        drop(guard);
+        let mut r = TraceReader::open(&path).unwrap();
+        let mut name: HashMap<SpanId, String> = HashMap::new();
+        let mut parent: HashMap<SpanId, Option<SpanId>> = HashMap::new();
+        let mut enters: HashMap<SpanId, u32> = HashMap::new();
+        let mut closes: HashMap<SpanId, u32> = HashMap::new();
+        for rec in r.by_ref() {
+            match rec.unwrap() {
+                Record::SpanNew(n) => {
+                    assert!(name.insert(n.id, n.callsite.name.to_string()).is_none());
+                    parent.insert(n.id, n.parent);
+                }
+                Record::SpanEnter(e) => *enters.entry(e.span).or_default() += 1,
+                Record::SpanClose(e) => *closes.entry(e.span).or_default() += 1,
+                Record::Dropped(d) => panic!("{} records dropped", d.count),
+                _ => {}
+            }
+        }
+        assert!(r.status().is_complete());
+        let count = |n: &str| name.values().filter(|v| *v == n).count();
+        assert_eq!((count("job"), count("part"), count("child")), (N, N, N));
+        for (id, n) in &name {
+            assert_eq!(closes.get(id), Some(&1), "{n} {id:?} closed once");
+            assert_eq!(enters.get(id), Some(&1), "{n} {id:?} entered once");
+            let p = parent[id].map(|p| name[&p].as_str());
+            let want = match n.as_str() {
+                "job" => None,
+                "part" => Some("job"),
+                _ => Some("part"),
+            };
+            assert_eq!(p, want, "parent of {n}");
+        }
+        assert_eq!(enters.len(), 3 * N, "no enter of an unknown span");
+        assert_eq!(closes.len(), 3 * N, "no close of an unknown span");
     }
 }

@@ -138,7 +138,8 @@ impl Recorder {
         self.shared.now_ns()
     }
 
-    /// The innermost span entered on the calling thread, if any.
+    /// The innermost span entered on the calling thread, if any. None too when that span was
+    /// created on another thread: its trace id is then only known to the writer.
     pub fn current_span(&self) -> Option<SpanId> {
         crate::session::with_existing_producer(&self.shared, |p| p.current_span())
             .flatten()

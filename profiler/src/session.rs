@@ -207,7 +207,14 @@ pub(crate) struct Shared {
     pub writer_cpu_ns: AtomicU64,
 }
 
-const SPAN_BLOCK: u64 = 1024;
+pub(crate) const SPAN_BLOCK: u64 = 1024;
+
+/// Entries of a producer's table of live spans (a power of two).
+pub(crate) const LIVE_SLOTS: usize = 64;
+
+/// Flag in the first word of an event or record-values record: its span word holds a tracing
+/// id the writer resolves, not a trace span id.
+pub(crate) const RAW_SPAN: u64 = 1 << 40;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -262,6 +269,12 @@ impl Shared {
     #[inline]
     pub fn now_ns(&self) -> u64 {
         self.raw_to_ns(self.clock.raw())
+    }
+
+    /// A block of [`SPAN_BLOCK`] trace span ids: returns its first id.
+    pub fn span_block(&self) -> u64 {
+        self.next_span_block
+            .fetch_add(SPAN_BLOCK, Ordering::Relaxed)
     }
 
     pub fn next_correlation(&self) -> u64 {
@@ -358,16 +371,26 @@ pub(crate) struct Producer {
     pub ring: Arc<Ring>,
     head: usize,
     cached_tail: usize,
-    /// Entered spans: (tracing id, trace span id), innermost last.
+    /// The ring's slots and capacity - 1, copied here (the ring outlives the producer's use).
+    slots: *mut UnsafeCell<Slot>,
+    mask: usize,
+    /// Entered spans: (tracing id, trace span id or 0 when only the writer can resolve it),
+    /// innermost last.
     pub stack: Vec<(u64, u64)>,
-    /// The span this thread created last, (tracing id, trace span id), until it is entered: a
-    /// span is usually entered right after its creation, and then needs no registry lookup.
-    /// A tracing id names one live span; a close on this thread clears the entry, and the
-    /// registry only hands the same id to another span after the slot's generation counter
-    /// wraps (thousands of reuses), so a stale entry is not a practical concern.
-    pub last_new: (u64, u64),
-    /// The span this thread exited last, until it is closed (same reasoning).
-    pub last_exit: (u64, u64),
+    /// Spans created on this thread and not closed here yet, (tracing id, trace span id), in a
+    /// small direct-mapped table: entering, exiting or closing them, or naming them as a parent,
+    /// needs no registry lookup. A span missing here (created on another thread, or pushed out
+    /// by a collision) is sent with its tracing id and resolved by the writer, which maps the
+    /// tracing ids of live spans to trace ids from the span-creation records. A tracing id names
+    /// one live span; the registry only hands the same id to another span after that slot's
+    /// generation counter wraps (thousands of reuses), so an entry left behind by a span
+    /// closed on another thread is not a practical concern.
+    pub live: [(u64, u64); LIVE_SLOTS],
+    /// The span this thread exited last: (tracing id, trace span id, timestamp, ring head after
+    /// the exit record). A close that follows its exit directly reuses the exit's timestamp.
+    pub last_exit: (u64, u64, u64, usize),
+    /// The latest clock reading of this thread's records (0: none yet).
+    pub last_ts: u64,
     next_span: u64,
     span_end: u64,
     /// Slots of the record being built.
@@ -387,12 +410,15 @@ impl Producer {
         let ring = shared.register_ring();
         Producer {
             shared,
+            slots: ring.slots,
+            mask: ring.mask,
             ring,
             head: 0,
             cached_tail: 0,
             stack: Vec::with_capacity(32),
-            last_new: (0, 0),
-            last_exit: (0, 0),
+            live: [(0, 0); LIVE_SLOTS],
+            last_exit: (0, 0, 0, usize::MAX),
+            last_ts: 0,
             next_span: 0,
             span_end: 0,
             scratch: Vec::with_capacity(16),
@@ -404,10 +430,7 @@ impl Producer {
     #[inline]
     pub fn new_span_id(&mut self) -> u64 {
         if self.next_span == self.span_end {
-            let base = self
-                .shared
-                .next_span_block
-                .fetch_add(SPAN_BLOCK, Ordering::Relaxed);
+            let base = self.shared.span_block();
             self.next_span = base;
             self.span_end = base + SPAN_BLOCK;
         }
@@ -416,12 +439,16 @@ impl Producer {
         id
     }
 
-    #[inline]
+    #[inline(always)]
     fn has_room(&mut self, n: usize) -> bool {
+        self.head.wrapping_sub(self.cached_tail) + n <= self.mask + 1 || self.wait_room(n)
+    }
+
+    /// Slow path of [`Self::has_room`]: looks at the writer's progress, waits if configured.
+    #[cold]
+    #[inline(never)]
+    fn wait_room(&mut self, n: usize) -> bool {
         let cap = self.ring.capacity();
-        if self.head.wrapping_sub(self.cached_tail) + n <= cap {
-            return true;
-        }
         self.cached_tail = self.ring.tail.0.load(Ordering::Acquire);
         if self.head.wrapping_sub(self.cached_tail) + n <= cap {
             return true;
@@ -456,19 +483,35 @@ impl Producer {
         }
     }
 
-    #[inline]
+    /// Pointer to ring slot `idx` (modulo the capacity).
+    #[inline(always)]
+    fn slot(&self, idx: usize) -> *mut Slot {
+        // SAFETY: `idx & mask` < capacity, inside the ring's allocation, which the producer
+        // keeps alive through `ring`; UnsafeCell<Slot> has the layout of Slot.
+        unsafe { (*self.slots.add(idx & self.mask)).get() }
+    }
+
+    #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
         self.ring.head.0.store(self.head, Ordering::Release);
-        let cap = self.ring.capacity();
-        if self.head.wrapping_sub(self.cached_tail) > cap / 2 {
-            self.cached_tail = self.ring.tail.0.load(Ordering::Acquire);
-            if self.head.wrapping_sub(self.cached_tail) > cap / 2
-                && !self.ring.wake.load(Ordering::Relaxed)
-                && !self.ring.wake.swap(true, Ordering::AcqRel)
-            {
-                self.shared.wake_writer();
-            }
+        if self.head.wrapping_sub(self.cached_tail) > (self.mask >> 1) + 1 {
+            self.half_full();
+        }
+    }
+
+    /// The ring is more than half full as far as this producer knows: look again, and wake
+    /// the writer if it really is.
+    #[cold]
+    #[inline(never)]
+    fn half_full(&mut self) {
+        let cap = self.mask + 1;
+        self.cached_tail = self.ring.tail.0.load(Ordering::Acquire);
+        if self.head.wrapping_sub(self.cached_tail) > cap / 2
+            && !self.ring.wake.load(Ordering::Relaxed)
+            && !self.ring.wake.swap(true, Ordering::AcqRel)
+        {
+            self.shared.wake_writer();
         }
     }
 
@@ -484,7 +527,7 @@ impl Producer {
             return false;
         }
         // SAFETY: the slot at `head` is outside [tail, head), so the consumer does not read it.
-        unsafe { *self.ring.slot(self.head) = slot };
+        unsafe { *self.slot(self.head) = slot };
         self.publish(1);
         true
     }
@@ -498,8 +541,8 @@ impl Producer {
         }
         // SAFETY: the slots at `head` and `head + 1` are outside [tail, head) and within capacity.
         unsafe {
-            *self.ring.slot(self.head) = a;
-            *self.ring.slot(self.head.wrapping_add(1)) = b;
+            *self.slot(self.head) = a;
+            *self.slot(self.head.wrapping_add(1)) = b;
         }
         self.publish(2);
         true
@@ -518,15 +561,72 @@ impl Producer {
         }
         for (i, s) in self.scratch.iter().enumerate() {
             // SAFETY: the slots [head, head + n) are outside [tail, head) and within capacity.
-            unsafe { *self.ring.slot(self.head.wrapping_add(i)) = *s };
+            unsafe { *self.slot(self.head.wrapping_add(i)) = *s };
         }
         self.publish(n);
         true
     }
 
-    /// The innermost span entered on this thread.
+    /// The innermost span entered on this thread (None when it is unknown here: a span
+    /// created on another thread).
     pub fn current_span(&self) -> Option<u64> {
-        self.stack.last().map(|e| e.1)
+        self.stack.last().map(|e| e.1).filter(|&s| s != 0)
+    }
+
+    /// The innermost entered span as (trace span id, tracing id): the trace id is 0 when only
+    /// the writer can resolve it.
+    #[inline]
+    pub fn current(&self) -> Option<(u64, u64)> {
+        self.stack.last().map(|e| (e.1, e.0))
+    }
+
+    #[inline]
+    fn live_index(raw: u64) -> usize {
+        (raw.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize & (LIVE_SLOTS - 1)
+    }
+
+    /// Remembers a span created on this thread.
+    #[inline]
+    pub fn live_insert(&mut self, raw: u64, sid: u64) {
+        self.live[Self::live_index(raw)] = (raw, sid);
+    }
+
+    /// The trace id of a live span created on this thread (0 when unknown here).
+    #[inline]
+    pub fn live_get(&self, raw: u64) -> u64 {
+        let e = self.live[Self::live_index(raw)];
+        if e.0 == raw { e.1 } else { 0 }
+    }
+
+    /// Forgets a span closed on this thread and returns its trace id (0 when unknown here).
+    #[inline]
+    pub fn live_remove(&mut self, raw: u64) -> u64 {
+        let e = &mut self.live[Self::live_index(raw)];
+        if e.0 == raw {
+            let sid = e.1;
+            *e = (0, 0);
+            sid
+        } else {
+            0
+        }
+    }
+
+    /// The trace id of span `raw` as far as this thread knows it: entered here, or created
+    /// here and still live (0 when unknown here).
+    #[inline]
+    pub fn resolve(&self, raw: u64) -> u64 {
+        if let Some(e) = self.stack.iter().rev().find(|e| e.0 == raw)
+            && e.1 != 0
+        {
+            return e.1;
+        }
+        self.live_get(raw)
+    }
+
+    /// The ring position after the last published record.
+    #[inline]
+    pub fn head(&self) -> usize {
+        self.head
     }
 }
 
@@ -548,7 +648,7 @@ pub(crate) fn with_producer<R>(
             let Ok(mut v) = cell.try_borrow_mut() else {
                 return None;
             };
-            if v.first().is_none_or(|p| p.shared.id != shared.id) {
+            if v.first().is_none_or(|p| !Arc::ptr_eq(&p.shared, shared)) {
                 select(&mut v, shared);
             }
             v.first_mut().map(f)

@@ -15,7 +15,7 @@ use tracing::Metadata;
 use crate::encode::{Enc, GpuIds, write_chunk};
 use crate::format::tag;
 use crate::model::{CallsiteKind, EndReason, Header, HostMemory, Level};
-use crate::session::{Ring, Shared, Side, Slot, kind, vtype};
+use crate::session::{RAW_SPAN, Ring, Shared, Side, Slot, kind, vtype};
 
 const CHUNK_TARGET: usize = 64 << 10;
 const MIN_SLEEP: Duration = Duration::from_micros(500);
@@ -24,6 +24,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 struct WRing {
     ring: Arc<Ring>,
     dropped_seen: u64,
+    /// Ring position up to which span-creation records have been entered in `spans`.
+    scanned: usize,
 }
 
 pub(crate) struct Writer {
@@ -37,6 +39,16 @@ pub(crate) struct Writer {
     rings: Vec<WRing>,
     slots: Vec<Slot>,
     text: Vec<u8>,
+    /// Tracing ids of live spans -> trace span ids, from span-creation records. Records that
+    /// carry only a tracing id (a span used on another thread than the one that created it)
+    /// are resolved here.
+    spans: SpanMap,
+    /// Spans closed lately, (tracing id, trace id), direct-mapped by tracing id: a record of
+    /// another thread that names a span (it happened before the close) may be drained after
+    /// the close has removed the span from `spans`.
+    closed: Box<[(u64, u64)]>,
+    /// Trace ids for spans whose creation record was lost (dropped): [next, end).
+    fresh: (u64, u64),
     records: u64,
     global_dropped_seen: u64,
     last_write: Instant,
@@ -70,6 +82,9 @@ impl Writer {
             rings: Vec::new(),
             slots: Vec::with_capacity(64),
             text: Vec::new(),
+            spans: SpanMap::new(),
+            closed: vec![(0, 0); SpanMap::SLOTS].into_boxed_slice(),
+            fresh: (0, 0),
             records: 0,
             global_dropped_seen: 0,
             last_write: Instant::now(),
@@ -171,19 +186,7 @@ impl Writer {
 
     /// Drains everything available; returns the number of records encoded.
     fn pass(&mut self) -> u64 {
-        // New rings (threads) since the last pass.
-        let new_rings = match self.shared.rings.lock() {
-            Ok(mut r) => std::mem::take(&mut *r),
-            Err(_) => Vec::new(),
-        };
-        for r in new_rings {
-            self.enc.thread(r.thread, r.os_tid, r.name.as_deref());
-            self.records += 1;
-            self.rings.push(WRing {
-                ring: r,
-                dropped_seen: 0,
-            });
-        }
+        self.take_new_rings();
         // Snapshot the heads first, then take the interned strings: every string id a record
         // below refers to was interned before that record was published.
         let mut heads = std::mem::take(&mut self.heads);
@@ -247,6 +250,93 @@ impl Writer {
             .writer_cpu_ns
             .store(crate::sys::thread_cpu_ns(), Ordering::Relaxed);
         self.records - before
+    }
+
+    /// Takes over the rings of threads that started recording since the last look.
+    fn take_new_rings(&mut self) {
+        let new_rings = match self.shared.rings.lock() {
+            Ok(mut r) => std::mem::take(&mut *r),
+            Err(_) => Vec::new(),
+        };
+        for r in new_rings {
+            self.enc.thread(r.thread, r.os_tid, r.name.as_deref());
+            self.records += 1;
+            self.rings.push(WRing {
+                ring: r,
+                dropped_seen: 0,
+                scanned: 0,
+            });
+        }
+    }
+
+    /// Enters the span-creation record in `slots` into the map of live spans.
+    fn register_new(&mut self, s0: Slot, s1: Slot) {
+        if s0[0] & 0xff == kind::NEW && s1[2] != 0 {
+            self.spans.insert(s1[2], s0[1]);
+        }
+    }
+
+    /// The trace id of the live span with tracing id `raw`.
+    ///
+    /// Its creation record happened before the record naming it, so if it is not known yet it
+    /// is in some ring at most up to that ring's current head: scan the rings up to their
+    /// heads, loaded now, for creation records. A span whose creation record was dropped gets
+    /// a fresh trace id (kept until its close).
+    fn resolve(&mut self, raw: u64) -> u64 {
+        if let Some(sid) = self.spans.get(raw) {
+            return sid;
+        }
+        self.take_new_rings();
+        for j in 0..self.rings.len() {
+            let ring = self.rings[j].ring.clone();
+            let tail = ring.tail.0.load(Ordering::Relaxed);
+            let mut pos = self.rings[j].scanned;
+            if (tail.wrapping_sub(pos) as isize) > 0 {
+                pos = tail;
+            }
+            let head = ring.head.0.load(Ordering::Acquire);
+            while pos != head {
+                // SAFETY: pos is in [tail, head) after the acquire load of head; this thread
+                // is the ring's only consumer and has not released these slots.
+                let s0 = unsafe { ring.read(pos) };
+                let n = ((s0[0] >> 8) & 0xffff) as usize;
+                if n == 0 || n > head.wrapping_sub(pos) {
+                    break;
+                }
+                if s0[0] & 0xff == kind::NEW && n >= 2 {
+                    // SAFETY: as above, pos + 1 < head.
+                    let s1 = unsafe { ring.read(pos.wrapping_add(1)) };
+                    self.register_new(s0, s1);
+                }
+                pos = pos.wrapping_add(n);
+            }
+            self.rings[j].scanned = pos;
+        }
+        if let Some(sid) = self.spans.get(raw) {
+            return sid;
+        }
+        let recent = self.closed[SpanMap::index(raw)];
+        if recent.0 == raw {
+            return recent.1;
+        }
+        if self.fresh.0 == self.fresh.1 {
+            let base = self.shared.span_block();
+            self.fresh = (base, base + crate::session::SPAN_BLOCK);
+        }
+        let sid = self.fresh.0;
+        self.fresh.0 += 1;
+        self.spans.insert(raw, sid);
+        sid
+    }
+
+    /// `sid` if known, else the writer's resolution of tracing id `raw`.
+    #[inline]
+    fn span_of(&mut self, sid: u64, raw: u64) -> u64 {
+        if sid != 0 || raw == 0 {
+            sid
+        } else {
+            self.resolve(raw)
+        }
     }
 
     fn drain_interned(&mut self) {
@@ -368,6 +458,14 @@ impl Writer {
                 // SAFETY: as above, k < n <= head - tail.
                 self.slots.push(unsafe { ring.read(tail.wrapping_add(k)) });
             }
+            // Creation records not entered in the span map by an earlier scan.
+            let scanned = self.rings[i].scanned;
+            if (tail.wrapping_sub(scanned) as isize) >= 0 {
+                if n >= 2 {
+                    self.register_new(s0, self.slots[1]);
+                }
+                self.rings[i].scanned = tail.wrapping_add(n);
+            }
             tail = tail.wrapping_add(n);
             self.encode(thread);
             self.records += 1;
@@ -388,7 +486,12 @@ impl Writer {
                     _ => tag::SPAN_CLOSE,
                 };
                 let ts = self.shared.raw_to_ns(s0[2]);
-                self.enc.span_edge(t, thread, ts, s0[1]);
+                let sid = self.span_of(s0[1], s0[3]);
+                if k == kind::CLOSE && s0[3] != 0 {
+                    self.spans.remove(s0[3], sid);
+                    self.closed[SpanMap::index(s0[3])] = (s0[3], sid);
+                }
+                self.enc.span_edge(t, thread, ts, sid);
             }
             kind::NEW => {
                 let Some(&s1) = self.slots.get(1) else {
@@ -396,20 +499,31 @@ impl Writer {
                 };
                 let cs = self.callsite(s1[0]);
                 let ts = self.shared.raw_to_ns(s0[3]);
-                let parent = (s0[2] != 0).then_some(s0[2]);
+                let parent = self.span_of(s0[2], s1[3]);
+                let parent = (parent != 0).then_some(parent);
                 self.enc.span_new(thread, ts, s0[1], parent, cs);
                 self.values(2, s1[1]);
             }
             kind::RECORD => {
                 let cs = self.callsite(s0[3]);
                 let ts = self.shared.raw_to_ns(s0[2]);
-                self.enc.span_record(thread, ts, s0[1], cs);
+                let sid = if s0[0] & RAW_SPAN != 0 {
+                    self.span_of(0, s0[1])
+                } else {
+                    s0[1]
+                };
+                self.enc.span_record(thread, ts, sid, cs);
                 self.values(1, (s0[0] >> 24) & 0xffff);
             }
             kind::EVENT => {
                 let cs = self.callsite(s0[3]);
                 let ts = self.shared.raw_to_ns(s0[2]);
-                let span = (s0[1] != 0).then_some(s0[1]);
+                let sid = if s0[0] & RAW_SPAN != 0 {
+                    self.span_of(0, s0[1])
+                } else {
+                    s0[1]
+                };
+                let span = (sid != 0).then_some(sid);
                 self.enc.event(thread, ts, span, cs);
                 self.values(1, (s0[0] >> 24) & 0xffff);
             }
@@ -509,6 +623,64 @@ impl Writer {
     }
 }
 
+/// Tracing id -> trace id of live spans: a direct-mapped table (one probe for the few spans
+/// alive at a time in most programs) with a hash map for the entries that collide.
+struct SpanMap {
+    table: Box<[(u64, u64)]>,
+    more: HashMap<u64, u64, PtrHash>,
+}
+
+impl SpanMap {
+    const SLOTS: usize = 4096;
+
+    fn new() -> SpanMap {
+        SpanMap {
+            table: vec![(0, 0); Self::SLOTS].into_boxed_slice(),
+            more: HashMap::default(),
+        }
+    }
+
+    #[inline]
+    fn index(raw: u64) -> usize {
+        (raw.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (Self::SLOTS - 1)
+    }
+
+    /// Maps `raw` to `sid`, replacing an earlier span with the same tracing id.
+    fn insert(&mut self, raw: u64, sid: u64) {
+        let e = &mut self.table[Self::index(raw)];
+        if e.0 == 0 || e.0 == raw {
+            *e = (raw, sid);
+            if !self.more.is_empty() {
+                self.more.remove(&raw);
+            }
+        } else {
+            self.more.insert(raw, sid);
+        }
+    }
+
+    #[inline]
+    fn get(&self, raw: u64) -> Option<u64> {
+        let e = self.table[Self::index(raw)];
+        if e.0 == raw {
+            Some(e.1)
+        } else if self.more.is_empty() {
+            None
+        } else {
+            self.more.get(&raw).copied()
+        }
+    }
+
+    /// Forgets `raw` if it still names span `sid`.
+    fn remove(&mut self, raw: u64, sid: u64) {
+        let e = &mut self.table[Self::index(raw)];
+        if *e == (raw, sid) {
+            *e = (0, 0);
+        } else if self.more.get(&raw) == Some(&sid) {
+            self.more.remove(&raw);
+        }
+    }
+}
+
 pub(crate) const GF_GPU_START: u64 = 1;
 pub(crate) const GF_GPU_END: u64 = 2;
 pub(crate) const GF_STREAM: u64 = 4;
@@ -538,6 +710,9 @@ impl std::hash::Hasher for PtrHasher {
         for &b in bytes {
             self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
     }
     fn write_usize(&mut self, v: usize) {
         self.0 = (v as u64)
