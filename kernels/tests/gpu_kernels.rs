@@ -3,6 +3,8 @@
 //! These need a CUDA GPU (and NVRTC): run them with `cargo test -p perfkit-kernels
 //! -- --ignored` on a GPU machine. Without one they fail, never pass.
 
+mod common;
+
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
@@ -396,23 +398,14 @@ fn a_traced_gpu_run_records_copies_kernels_and_syncs_at_their_source_lines() {
     use perfkit_profiler::model::{GpuOpKind, HostMemory, Record};
     let dir = tempfile::tempdir().unwrap();
     let steps = 5u64;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train"))
-        .env("PERFKIT_TRACE", dir.path())
-        .args([
-            "--device",
-            "cuda",
-            "--steps",
-            &steps.to_string(),
-            "--readback-every-step",
-            "--pageable",
-        ])
-        .output()
-        .expect("run train");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(common::train_bin().env("PERFKIT_TRACE", dir.path()).args([
+        "--device",
+        "cuda",
+        "--steps",
+        &steps.to_string(),
+        "--readback-every-step",
+        "--pageable",
+    ]));
     let files = perfkit_profiler::trace_files(dir.path()).unwrap();
     let mut reader = perfkit_profiler::TraceReader::open(&files[0]).unwrap();
     let mut ops = Vec::new();

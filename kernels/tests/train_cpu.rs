@@ -1,13 +1,16 @@
 //! The reference trainer on the CPU: the loss falls, the binary behaves, and a run
 //! under `PERFKIT_TRACE` records the spans perfkit's reports read.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use perfkit_kernels::task::MlpShape;
 use perfkit_kernels::train::{DeviceChoice, TrainConfig, train};
 use perfkit_profiler::model::Record;
 use perfkit_profiler::{TraceReader, trace_files};
+
+use common::{run_ok, train_bin};
 
 fn small_config() -> TrainConfig {
     let mut cfg = TrainConfig::default();
@@ -55,34 +58,20 @@ fn the_same_seed_gives_the_same_losses() {
     assert_ne!(a.losses, c.losses);
 }
 
-fn train_bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_train"));
-    cmd.env_remove("PERFKIT_TRACE");
-    cmd
-}
-
 #[test]
 fn the_binary_trains_on_the_cpu_and_prints_the_loss() {
-    let out = train_bin()
-        .args([
-            "--device",
-            "cpu",
-            "--steps",
-            "21",
-            "--batch-size",
-            "32",
-            "--hidden",
-            "64",
-            "--log-every",
-            "10",
-        ])
-        .output()
-        .expect("run train");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(train_bin().args([
+        "--device",
+        "cpu",
+        "--steps",
+        "21",
+        "--batch-size",
+        "32",
+        "--hidden",
+        "64",
+        "--log-every",
+        "10",
+    ]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let steps: Vec<_> = stdout.lines().filter(|l| l.starts_with("step")).collect();
     assert_eq!(steps.len(), 3, "{stdout}");
@@ -122,20 +111,16 @@ fn without_a_driver_cuda_fails_clearly_and_auto_falls_back_to_the_cpu() {
         stderr.trim(),
         "train: error: --device cuda: no CUDA driver found (libcuda.so could not be loaded)"
     );
-    let out = train_bin()
-        .args([
-            "--device",
-            "auto",
-            "--steps",
-            "2",
-            "--batch-size",
-            "16",
-            "--hidden",
-            "32",
-        ])
-        .output()
-        .expect("run train");
-    assert!(out.status.success());
+    let out = run_ok(train_bin().args([
+        "--device",
+        "auto",
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--hidden",
+        "32",
+    ]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with("note: no usable CUDA GPU (no CUDA driver found"),
@@ -150,27 +135,18 @@ fn without_a_driver_cuda_fails_clearly_and_auto_falls_back_to_the_cpu() {
 #[test]
 fn a_traced_run_records_every_step_with_its_phases() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = train_bin()
-        .env("PERFKIT_TRACE", dir.path())
-        .args([
-            "--device",
-            "cpu",
-            "--steps",
-            "5",
-            "--batch-size",
-            "16",
-            "--hidden",
-            "32",
-            "--workers",
-            "2",
-        ])
-        .output()
-        .expect("run train");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(train_bin().env("PERFKIT_TRACE", dir.path()).args([
+        "--device",
+        "cpu",
+        "--steps",
+        "5",
+        "--batch-size",
+        "16",
+        "--hidden",
+        "32",
+        "--workers",
+        "2",
+    ]));
     let files = trace_files(dir.path()).expect("list traces");
     assert_eq!(files.len(), 1, "{files:?}");
     let mut reader = TraceReader::open(&files[0]).expect("open trace");

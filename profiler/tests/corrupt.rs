@@ -11,12 +11,7 @@ use tracing_subscriber::layer::SubscriberExt;
 /// A real trace recorded by the layer, re-encoded into small chunks (so it has many of them).
 fn multi_chunk_trace() -> (Vec<u8>, Vec<Record>) {
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(Builder::new().output(dir.path()));
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         for step in 0..20u64 {
             let _s = tracing::info_span!("step", step).entered();

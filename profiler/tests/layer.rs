@@ -12,12 +12,7 @@ use tracing_subscriber::layer::SubscriberExt;
 #[test]
 fn spans_fields_and_events_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .build_local()
-        .unwrap()
-        .expect("output configured");
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(Builder::new().output(dir.path()));
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::with_default(subscriber, || {
         for step in 0..3u64 {
@@ -109,13 +104,11 @@ fn eight_threads_times_100k_spans_arrive_complete() {
     const THREADS: usize = 8;
     const PAIRS: usize = 50_000; // an outer and an inner span per iteration: 100,000 spans per thread
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path().join("stress.pktrace"))
-        .wait_when_full(Duration::from_secs(10))
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(
+        Builder::new()
+            .output(dir.path().join("stress.pktrace"))
+            .wait_when_full(Duration::from_secs(10)),
+    );
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -204,13 +197,8 @@ fn eight_threads_times_100k_spans_arrive_complete() {
 fn dropped_records_are_counted_in_the_trace() {
     const SPANS: u64 = 20_000;
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .buffer_size(64)
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) =
+        common::record_local(Builder::new().output(dir.path()).buffer_size(64));
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         for i in 0..SPANS {
             let _s = tracing::info_span!("tiny", i).entered();
@@ -251,12 +239,7 @@ fn dropped_records_are_counted_in_the_trace() {
 #[test]
 fn panics_are_marked_in_the_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(Builder::new().output(dir.path()));
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     let joined = std::thread::spawn(move || {
         tracing::dispatcher::with_default(&dispatch, || {
@@ -295,12 +278,7 @@ fn no_output_means_no_recording() {
 #[test]
 fn spans_crossing_threads_keep_their_identity() {
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(Builder::new().output(dir.path()));
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     tracing::dispatcher::with_default(&dispatch, || {
         let epoch = tracing::info_span!("epoch");

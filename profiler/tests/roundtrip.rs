@@ -233,12 +233,7 @@ fn every_record_kind_round_trips_through_the_writer() {
 #[test]
 fn gpu_operations_round_trip_through_the_recorder() {
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = Builder::new()
-        .output(dir.path())
-        .build_local()
-        .unwrap()
-        .unwrap();
-    let path = guard.path().unwrap().to_path_buf();
+    let (layer, guard, path) = common::record_local(Builder::new().output(dir.path()));
     let rec = guard.recorder().expect("recording");
     let kernel_name = rec.intern("relu_forward");
     let location = std::panic::Location::caller();

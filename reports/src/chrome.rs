@@ -82,6 +82,36 @@ fn push_us(buf: &mut Vec<u8>, ns: u64) {
     ]);
 }
 
+/// The head every timed event starts with: `,\n{"ph":<phase>,"pid":..,"tid":..,"ts":..`
+/// (`phase` is JSON text; the time in nanoseconds, written in microseconds).
+fn push_event_head(buf: &mut Vec<u8>, phase: &[u8], pid: u64, tid: u64, ts_ns: u64) {
+    buf.extend_from_slice(b",\n{\"ph\":");
+    buf.extend_from_slice(phase);
+    buf.extend_from_slice(b",\"pid\":");
+    push_u64(buf, pid);
+    buf.extend_from_slice(b",\"tid\":");
+    push_u64(buf, tid);
+    buf.extend_from_slice(b",\"ts\":");
+    push_us(buf, ts_ns);
+}
+
+/// The head of a complete (`X`) event up to its duration; the caller writes the rest and the
+/// closing brace.
+fn push_complete(buf: &mut Vec<u8>, pid: u64, tid: u64, ts_ns: u64, dur_ns: u64) {
+    push_event_head(buf, b"\"X\"", pid, tid, ts_ns);
+    buf.extend_from_slice(b",\"dur\":");
+    push_us(buf, dur_ns);
+}
+
+/// One whole flow event of a launch arrow; `phase` is `"s"` at the launch call and
+/// `"f","bp":"e"` bound to the GPU slice.
+fn push_launch_flow(buf: &mut Vec<u8>, phase: &[u8], pid: u64, tid: u64, ts_ns: u64, id: u64) {
+    push_event_head(buf, phase, pid, tid, ts_ns);
+    buf.extend_from_slice(b",\"id\":");
+    push_u64(buf, id);
+    buf.extend_from_slice(b",\"cat\":\"launch\",\"name\":\"launch\"}");
+}
+
 /// Microseconds with nanosecond precision, as Chrome's `ts` expects.
 struct Us(u64);
 
@@ -200,14 +230,13 @@ impl<W: Write> ChromeWriter<W> {
     fn span(&mut self, thread: u64, name: &str, start: u64, end: u64, step: Option<u64>) {
         let mut b = std::mem::take(&mut self.line);
         b.clear();
-        b.extend_from_slice(b",\n{\"ph\":\"X\",\"pid\":");
-        push_u64(&mut b, self.pid);
-        b.extend_from_slice(b",\"tid\":");
-        push_u64(&mut b, thread);
-        b.extend_from_slice(b",\"ts\":");
-        push_us(&mut b, self.offset_ns + start);
-        b.extend_from_slice(b",\"dur\":");
-        push_us(&mut b, end.saturating_sub(start));
+        push_complete(
+            &mut b,
+            self.pid,
+            thread,
+            self.offset_ns + start,
+            end.saturating_sub(start),
+        );
         b.extend_from_slice(b",\"name\":");
         b.extend_from_slice(name.as_bytes());
         if let Some(st) = step {
@@ -229,24 +258,9 @@ impl<W: Write> ChromeWriter<W> {
         let mut b = std::mem::take(&mut self.line);
         b.clear();
         // Flow start at the launch call.
-        b.extend_from_slice(b",\n{\"ph\":\"s\",\"pid\":");
-        push_u64(&mut b, pid);
-        b.extend_from_slice(b",\"tid\":");
-        push_u64(&mut b, p.thread);
-        b.extend_from_slice(b",\"ts\":");
-        push_us(&mut b, off + p.host_start);
-        b.extend_from_slice(b",\"id\":");
-        push_u64(&mut b, id);
-        b.extend_from_slice(b",\"cat\":\"launch\",\"name\":\"launch\"}");
+        push_launch_flow(&mut b, b"\"s\"", pid, p.thread, off + p.host_start, id);
         // The GPU work on its stream track.
-        b.extend_from_slice(b",\n{\"ph\":\"X\",\"pid\":");
-        push_u64(&mut b, pid);
-        b.extend_from_slice(b",\"tid\":");
-        push_u64(&mut b, tid);
-        b.extend_from_slice(b",\"ts\":");
-        push_us(&mut b, off + s);
-        b.extend_from_slice(b",\"dur\":");
-        push_us(&mut b, e.saturating_sub(s));
+        push_complete(&mut b, pid, tid, off + s, e.saturating_sub(s));
         b.extend_from_slice(b",\"cat\":\"gpu\",\"name\":");
         b.extend_from_slice(p.name.as_bytes());
         b.extend_from_slice(b",\"args\":{\"bytes\":");
@@ -262,15 +276,7 @@ impl<W: Write> ChromeWriter<W> {
         }
         b.extend_from_slice(b"}}");
         // Flow end, bound to the GPU slice.
-        b.extend_from_slice(b",\n{\"ph\":\"f\",\"bp\":\"e\",\"pid\":");
-        push_u64(&mut b, pid);
-        b.extend_from_slice(b",\"tid\":");
-        push_u64(&mut b, tid);
-        b.extend_from_slice(b",\"ts\":");
-        push_us(&mut b, off + s);
-        b.extend_from_slice(b",\"id\":");
-        push_u64(&mut b, id);
-        b.extend_from_slice(b",\"cat\":\"launch\",\"name\":\"launch\"}");
+        push_launch_flow(&mut b, b"\"f\",\"bp\":\"e\"", pid, tid, off + s, id);
         let r = self.w.write_all(&b);
         self.line = b;
         self.keep(r);
@@ -340,14 +346,13 @@ impl<W: Write> ChromeWriter<W> {
                 };
                 let mut b = std::mem::take(&mut self.line);
                 b.clear();
-                b.extend_from_slice(b",\n{\"ph\":\"X\",\"pid\":");
-                push_u64(&mut b, pid);
-                b.extend_from_slice(b",\"tid\":");
-                push_u64(&mut b, op.thread);
-                b.extend_from_slice(b",\"ts\":");
-                push_us(&mut b, off + op.host_start_ns);
-                b.extend_from_slice(b",\"dur\":");
-                push_us(&mut b, op.host_end_ns.saturating_sub(op.host_start_ns));
+                push_complete(
+                    &mut b,
+                    pid,
+                    op.thread,
+                    off + op.host_start_ns,
+                    op.host_end_ns.saturating_sub(op.host_start_ns),
+                );
                 b.extend_from_slice(b",\"cat\":\"cuda_api\",\"name\":");
                 b.extend_from_slice(api.as_bytes());
                 b.push(b'}');

@@ -556,13 +556,7 @@ impl ProfiledStream {
         dst: &mut Dst,
         location: &'static Location<'static>,
     ) -> Result<(), CudaError> {
-        if dst.len() < src.len() {
-            return Err(CudaError::LengthMismatch {
-                op: "memcpy_htod",
-                src: src.len(),
-                dst: dst.len(),
-            });
-        }
+        fits("memcpy_htod", src.len(), dst.len())?;
         let bytes = bytes_of::<T>(src.len());
         self.timed(
             GpuOpKind::MemcpyHtoD,
@@ -605,13 +599,7 @@ impl ProfiledStream {
         src: &Src,
         dst: &mut Dst,
     ) -> Result<(), CudaError> {
-        if dst.len() < src.len() {
-            return Err(CudaError::LengthMismatch {
-                op: "memcpy_dtoh",
-                src: src.len(),
-                dst: dst.len(),
-            });
-        }
+        fits("memcpy_dtoh", src.len(), dst.len())?;
         let bytes = bytes_of::<T>(src.len());
         let host_memory = dst.host_memory();
         self.timed(
@@ -634,13 +622,7 @@ impl ProfiledStream {
         src: &Src,
         dst: &mut Dst,
     ) -> Result<(), CudaError> {
-        if dst.len() < src.len() {
-            return Err(CudaError::LengthMismatch {
-                op: "memcpy_dtod",
-                src: src.len(),
-                dst: dst.len(),
-            });
-        }
+        fits("memcpy_dtod", src.len(), dst.len())?;
         let bytes = src.num_bytes() as u64;
         self.timed(
             GpuOpKind::MemcpyDtoD,
@@ -764,6 +746,15 @@ impl Drop for ProfiledStream {
             self.emit(&rec, &meta, None);
         }
     }
+}
+
+/// [`CudaError::LengthMismatch`] for `op` when the destination (`dst` elements) is shorter
+/// than the source (`src` elements).
+fn fits(op: &'static str, src: usize, dst: usize) -> Result<(), CudaError> {
+    if dst < src {
+        return Err(CudaError::LengthMismatch { op, src, dst });
+    }
+    Ok(())
 }
 
 /// The kernel's name from `cuFuncGetName` (CUDA 12.3+ drivers), or `"kernel"`.

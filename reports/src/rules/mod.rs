@@ -46,7 +46,7 @@ use std::fmt::Write as _;
 use crate::findings::{Finding, Severity};
 use crate::format;
 use crate::model::{Analysis, ProcessAnalysis};
-use scan::Scan;
+use scan::{Scan, Site, SiteKind};
 
 /// A runtime rule: its identity and the advice shown with each finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +159,33 @@ impl Cx<'_> {
             bytes: None,
             count: None,
         }
+    }
+
+    /// A finding of `rule` about a source line: its location, bytes and operation count.
+    pub fn site_finding(
+        &self,
+        rule: &RuntimeRule,
+        site: &Site,
+        message: String,
+        cost_per_step_ns: u64,
+    ) -> Finding {
+        let mut f = self.finding(rule, message, Some(cost_per_step_ns));
+        f.location = Some(site.location.clone());
+        f.bytes = Some(site.bytes);
+        f.count = Some(site.count);
+        f
+    }
+
+    /// The source lines of `kind` that fire in enough steps to be per step and whose host
+    /// time per step is large enough to report, each with that host time per step. Empty
+    /// without a scan (the per-step attribution of source lines).
+    pub fn recurring_sites(&self, kind: SiteKind) -> impl Iterator<Item = (&Site, u64)> {
+        self.scan
+            .into_iter()
+            .flat_map(|scan| &scan.sites)
+            .filter(move |s| s.kind == kind && self.per_step(s.steps_hit))
+            .map(|s| (s, s.host_ns / self.steps.max(1)))
+            .filter(|&(_, per_step)| self.worth_reporting(per_step))
     }
 
     /// `cost` as a percentage of the median step, two decimals.

@@ -34,21 +34,13 @@ pub(super) const RULE: RuntimeRule = RuntimeRule {
 };
 
 pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
-    let Some(scan) = cx.scan else {
-        // Needs the per-step attribution of source lines.
-        return;
-    };
-    for site in scan.sites.iter().filter(|s| s.kind == SiteKind::D2H) {
-        if !cx.per_step(site.steps_hit) || site.bytes / site.count.max(1) > cx.cfg.small_copy_bytes
-        {
+    for (site, per_step) in cx.recurring_sites(SiteKind::D2H) {
+        if site.bytes / site.count.max(1) > cx.cfg.small_copy_bytes {
             continue;
         }
-        let per_step = site.host_ns / cx.steps.max(1);
-        if !cx.worth_reporting(per_step) {
-            continue;
-        }
-        let mut f = cx.finding(
+        out.push(cx.site_finding(
             &RULE,
+            site,
             format!(
                 "{} small device-to-host copies ({} each) in {} of {} steps block the host for {} per step",
                 site.count,
@@ -57,11 +49,7 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 cx.steps,
                 format::duration(per_step)
             ),
-            Some(per_step),
-        );
-        f.location = Some(site.location.clone());
-        f.bytes = Some(site.bytes);
-        f.count = Some(site.count);
-        out.push(f);
+            per_step,
+        ));
     }
 }

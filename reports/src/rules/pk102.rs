@@ -32,18 +32,7 @@ pub(super) const RULE: RuntimeRule = RuntimeRule {
 };
 
 pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
-    let Some(scan) = cx.scan else {
-        // Needs the per-step attribution of source lines.
-        return;
-    };
-    for site in scan.sites.iter().filter(|s| s.kind == SiteKind::Sync) {
-        if !cx.per_step(site.steps_hit) {
-            continue;
-        }
-        let per_step = site.host_ns / cx.steps.max(1);
-        if !cx.worth_reporting(per_step) {
-            continue;
-        }
+    for (site, per_step) in cx.recurring_sites(SiteKind::Sync) {
         let mut f = cx.finding(
             &RULE,
             format!(

@@ -30,20 +30,10 @@ pub(super) const RULE: RuntimeRule = RuntimeRule {
 };
 
 pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
-    let Some(scan) = cx.scan else {
-        // Needs the per-step attribution of source lines.
-        return;
-    };
-    for site in scan.sites.iter().filter(|s| s.kind == SiteKind::Alloc) {
-        if !cx.per_step(site.steps_hit) {
-            continue;
-        }
-        let per_step = site.host_ns / cx.steps.max(1);
-        if !cx.worth_reporting(per_step) {
-            continue;
-        }
-        let mut f = cx.finding(
+    for (site, per_step) in cx.recurring_sites(SiteKind::Alloc) {
+        out.push(cx.site_finding(
             &RULE,
+            site,
             format!(
                 "{} device allocations ({} in all) in {} of {} steps cost {} of host time per step",
                 site.count,
@@ -52,11 +42,7 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 cx.steps,
                 format::duration(per_step)
             ),
-            Some(per_step),
-        );
-        f.location = Some(site.location.clone());
-        f.bytes = Some(site.bytes);
-        f.count = Some(site.count);
-        out.push(f);
+            per_step,
+        ));
     }
 }

@@ -53,8 +53,9 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         if !cx.worth_reporting(per_step) {
             continue;
         }
-        let mut f = cx.finding(
+        out.push(cx.site_finding(
             &RULE,
+            site,
             format!(
                 "{:.0} tiny host-to-device copies per step ({} each) cost {} of host time and {} of GPU time per step",
                 per_step_count,
@@ -62,11 +63,7 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 format::duration(per_step),
                 format::duration(site.gpu_ns / cx.steps)
             ),
-            Some(per_step),
-        );
-        f.location = Some(site.location.clone());
-        f.bytes = Some(site.bytes);
-        f.count = Some(site.count);
-        out.push(f);
+            per_step,
+        ));
     }
 }

@@ -77,18 +77,15 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             continue;
         }
         let achieved = pageable_gbps.map_or_else(String::new, |g| format!(" at {g:.2} GB/s"));
-        let mut f = cx.finding(
+        out.push(cx.site_finding(
             &RULE,
+            site,
             format!(
                 "pageable host-to-device copies of {} per step take {}{achieved}; {detail}",
                 format::bytes(bytes_per_step),
                 format::duration(measured)
             ),
-            Some(cost),
-        );
-        f.location = Some(site.location.clone());
-        f.bytes = Some(site.bytes);
-        f.count = Some(site.count);
-        out.push(f);
+            cost,
+        ));
     }
 }

@@ -210,6 +210,22 @@ impl<W: Write> Synth<W> {
         self.rec(Record::Gpu(ev));
     }
 
+    /// A driver call with host time only (from `h0` to now), issued from `src/train.rs:line`.
+    fn host_call(&mut self, thread: u32, kind: GpuOpKind, bytes: u64, h0: u64, line: u32) {
+        self.gpu(
+            thread,
+            kind,
+            None,
+            bytes,
+            None,
+            (h0, self.t),
+            None,
+            false,
+            loc("src/train.rs", line),
+            None,
+        );
+    }
+
     fn queue(&mut self, stream: u64, ready: u64, dur: u64) -> (u64, u64) {
         let free = self.stream_free.entry(stream).or_insert(0);
         let start = (*free).max(ready);
@@ -244,38 +260,27 @@ impl<W: Write> Synth<W> {
     /// ones block the host and run at 6 GB/s.
     pub fn upload(&mut self, thread: u32, bytes: u64, pinned: bool, stream: u64, line: u32) {
         let h0 = self.t;
-        if pinned {
+        let (memory, g) = if pinned {
             self.t += 4_000;
-            let g = self.queue(stream, self.t, bytes / 24);
-            self.gpu(
-                thread,
-                GpuOpKind::MemcpyHtoD,
-                Some(stream),
-                bytes,
-                Some(HostMemory::Pinned),
-                (h0, self.t),
-                Some(g),
-                false,
-                loc("src/data.rs", line),
-                None,
-            );
+            (HostMemory::Pinned, self.queue(stream, self.t, bytes / 24))
         } else {
             self.t += 10_000; // staging
             let g = self.queue(stream, self.t, bytes / 6);
             self.t = g.1 + 2_000;
-            self.gpu(
-                thread,
-                GpuOpKind::MemcpyHtoD,
-                Some(stream),
-                bytes,
-                Some(HostMemory::Pageable),
-                (h0, self.t),
-                Some(g),
-                false,
-                loc("src/data.rs", line),
-                None,
-            );
-        }
+            (HostMemory::Pageable, g)
+        };
+        self.gpu(
+            thread,
+            GpuOpKind::MemcpyHtoD,
+            Some(stream),
+            bytes,
+            Some(memory),
+            (h0, self.t),
+            Some(g),
+            false,
+            loc("src/data.rs", line),
+            None,
+        );
     }
 
     /// A blocking device-to-host read of `bytes` after the work queued on `stream`.
@@ -303,18 +308,7 @@ impl<W: Write> Synth<W> {
         let h0 = self.t;
         let busy = self.stream_free.values().copied().max().unwrap_or(0);
         self.t = self.t.max(busy) + 2_000;
-        self.gpu(
-            thread,
-            GpuOpKind::Synchronize,
-            None,
-            0,
-            None,
-            (h0, self.t),
-            None,
-            false,
-            loc("src/train.rs", line),
-            None,
-        );
+        self.host_call(thread, GpuOpKind::Synchronize, 0, h0, line);
         self.flush_late();
     }
 
@@ -334,18 +328,7 @@ impl<W: Write> Synth<W> {
         let h0 = self.t;
         self.t += 20_000;
         self.mem += bytes;
-        self.gpu(
-            thread,
-            GpuOpKind::Alloc,
-            None,
-            bytes,
-            None,
-            (h0, self.t),
-            None,
-            false,
-            loc("src/train.rs", line),
-            None,
-        );
+        self.host_call(thread, GpuOpKind::Alloc, bytes, h0, line);
     }
 
     /// A device free.
@@ -353,18 +336,7 @@ impl<W: Write> Synth<W> {
         let h0 = self.t;
         self.t += 3_000;
         self.mem = self.mem.saturating_sub(bytes);
-        self.gpu(
-            thread,
-            GpuOpKind::Free,
-            None,
-            bytes,
-            None,
-            (h0, self.t),
-            None,
-            false,
-            loc("src/train.rs", line),
-            None,
-        );
+        self.host_call(thread, GpuOpKind::Free, bytes, h0, line);
     }
 
     /// Records `count` dropped events.
