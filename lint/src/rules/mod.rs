@@ -1,7 +1,7 @@
-//! The rule catalog: the [`Rule`] trait, rule metadata, the [`declare_rule!`] macro and the registry.
+//! The rule catalog: the [`Rule`] trait, rule metadata, the [`declare_rule!`](crate::declare_rule) macro and the registry.
 //!
 //! Each rule lives in its own file. Its doc comment is its user documentation (`## What it does`,
-//! `## Why is this bad?`, `## Example`, `Use instead:`), captured at compile time by [`declare_rule!`].
+//! `## Why is this bad?`, `## Example`, `Use instead:`), captured at compile time by [`declare_rule!`](crate::declare_rule).
 
 use std::sync::LazyLock;
 

@@ -123,7 +123,7 @@ pub enum PlanError {
     },
 }
 
-/// Decides whether and how to inject into `program` (argv[0] as the user gave it).
+/// Decides whether and how to inject into `program` (`argv[0]` as the user gave it).
 pub fn plan(mode: InjectMode, program: &OsStr) -> Result<Option<InjectionPlan>, PlanError> {
     if mode == InjectMode::Off {
         return Ok(None);

@@ -177,7 +177,7 @@ impl Symbolizer {
     }
 }
 
-/// Whether `path` is one of the [runtime libraries](RUNTIME_LIBRARIES) whose frames are never
+/// Whether `path` is one of the runtime libraries whose frames are never
 /// the program's own.
 pub fn is_runtime_library(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
