@@ -594,3 +594,105 @@ fn lint_findings_are_shown_next_to_the_run() {
         "{findings:?}"
     );
 }
+
+/// A cargo workspace in `root` whose member `crates/app` (package `app-kernels`) declares the
+/// bin `trainer`, with a step loop that reads the loss back every step; `target/debug/trainer`
+/// is a link to the example program, as if cargo had built it there.
+fn fake_workspace(root: &Path) -> PathBuf {
+    let write = |rel: &str, text: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "Cargo.toml",
+        "[workspace]\nmembers = [\"crates/*\"]\nresolver = \"3\"\n",
+    );
+    write(
+        "crates/app/Cargo.toml",
+        "[package]\nname = \"app-kernels\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+         [[bin]]\nname = \"trainer\"\npath = \"src/trainer.rs\"\n\n\
+         [dependencies]\ncandle-core = \"0.9\"\ncandle-nn = \"0.9\"\n",
+    );
+    write(
+        "crates/app/src/trainer.rs",
+        "use candle_core::Tensor;\n\
+         use candle_nn::Optimizer;\n\
+         \n\
+         pub fn train(opt: &mut candle_nn::AdamW, batches: &[Tensor]) -> candle_core::Result<()> {\n\
+         \x20   for (step, xs) in batches.iter().enumerate() {\n\
+         \x20       let loss = xs.sqr()?.mean_all()?;\n\
+         \x20       opt.backward_step(&loss)?;\n\
+         \x20       println!(\"step {step}: loss {}\", loss.to_scalar::<f32>()?);\n\
+         \x20   }\n\
+         \x20   Ok(())\n\
+         }\n\
+         \n\
+         fn main() {}\n",
+    );
+    let exe = root.join("target/debug/trainer");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(example(), &exe).unwrap();
+    exe
+}
+
+#[test]
+fn without_lint_the_package_that_built_the_program_is_linted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The canonical path, as the current directory perfkit sees is one.
+    let root = tmp.path().canonicalize().unwrap();
+    let exe = fake_workspace(&root.join("ws"));
+    let run = root.join("run");
+    let out = Cmd::new(PERFKIT)
+        .current_dir(&root)
+        .args(["profile", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(&exe)
+        .args(["--steps", "3", "--print-every", "0"])
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == "lint: ws/crates/app/ (package app-kernels, from target/debug/trainer)"),
+        "{stderr}"
+    );
+    let s = read_summary(&run);
+    let findings = s["findings"].as_array().expect("findings is an array");
+    assert!(
+        findings.iter().any(|f| f["code"] == "PK101"
+            && f["origin"] == "lint"
+            && f["location"]
+                .as_str()
+                .is_some_and(|l| l.contains("trainer.rs:8"))),
+        "{findings:?}"
+    );
+}
+
+#[test]
+fn no_lint_lints_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The canonical path, as the current directory perfkit sees is one.
+    let root = tmp.path().canonicalize().unwrap();
+    let exe = fake_workspace(&root.join("ws"));
+    let run = root.join("run");
+    let out = Cmd::new(PERFKIT)
+        .current_dir(&root)
+        .args(["profile", "--no-lint", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(&exe)
+        .args(["--steps", "3", "--print-every", "0"])
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(!stderr.lines().any(|l| l.starts_with("lint: ")), "{stderr}");
+    let s = read_summary(&run);
+    let findings = s["findings"].as_array().expect("findings is an array");
+    assert!(
+        !findings.iter().any(|f| f["origin"] == "lint"),
+        "{findings:?}"
+    );
+}

@@ -4,6 +4,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod find_crate;
+
 const AFTER_HELP: &str = "\
 The program runs with PERFKIT_TRACE=<DIR>/trace in its environment; a program built with
 perfkit-profiler that calls `perfkit_profiler::init()` writes one trace file per process there.
@@ -13,6 +15,11 @@ the program and is not sent twice). When the program ends, the summary goes to s
 and to <DIR>/summary.json, next to the HTML report, flamegraphs, folded stacks, a Chrome
 trace and summary.md. A program that does not link perfkit-profiler is run with CUPTI
 injection when a CUDA driver is present (--inject forces it, --no-inject turns it off).
+
+Without --lint, a program that cargo built (target/<profile>/NAME, target/<triple>/<profile>/NAME
+or target/<profile>/examples/NAME, found through PATH too) has its package linted: the member of
+the workspace around target/ that has a bin or example target NAME. --no-lint turns that off; a
+program outside a cargo target directory is not linted.
 
 Exit status: the program's own exit code, or 128 + N when signal N ended it (as in a shell);
 127 when the program is not found, 126 when it cannot be executed, 2 for perfkit's own errors
@@ -53,11 +60,16 @@ pub struct ProfileArgs {
     #[arg(long)]
     no_inject: bool,
 
-    /// Lint these Rust files or directories (the program's crate) too, and show their findings
-    /// next to the runtime ones; a lint finding whose line also shows up at run time is marked
-    /// confirmed, with its measured cost
-    #[arg(long, value_name = "PATH", num_args = 1)]
+    /// Lint these Rust files or directories too, and show their findings next to the runtime
+    /// ones; a lint finding whose line also shows up at run time is marked confirmed, with its
+    /// measured cost [default: the package that built PROGRAM, when PROGRAM lies in a cargo
+    /// target directory such as target/release/ or target/debug/examples/]
+    #[arg(long, value_name = "PATH", num_args = 1, conflicts_with = "no_lint")]
     lint: Vec<PathBuf>,
+
+    /// Lint nothing, not even the package that built PROGRAM
+    #[arg(long)]
+    no_lint: bool,
 
     /// The program to run, followed by its arguments
     #[arg(
@@ -141,13 +153,14 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
         eprintln!("perfkit: error: {err}");
     }
     let mut findings = None;
+    let (lint_paths, lint_line) = lint_target(&args, program);
     if summary.instrumented {
         match write_reports(
             out.trace_dir(),
             out.root(),
             &mut summary,
             program,
-            &args.lint,
+            &lint_paths,
         ) {
             Ok(found) => findings = Some(found),
             Err(err) => eprintln!("perfkit: warning: the reports were not written: {err:#}"),
@@ -160,6 +173,10 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
         // and the program's exit code matters more than this output.
         let _ = summary
             .write_text(&mut stderr, &shown)
+            .and_then(|()| match (&findings, &lint_line) {
+                (Some(_), Some(line)) => writeln!(stderr, "{line}"),
+                _ => Ok(()),
+            })
             .and_then(|()| match &findings {
                 Some(found) => write!(
                     stderr,
@@ -178,6 +195,32 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             .and_then(|()| stderr.flush());
     }
     Ok(ExitCode::from(exit_code))
+}
+
+/// What to lint, and the summary line that says so: `--lint` paths as given, nothing with
+/// `--no-lint`, else the package that built the program when its path says which (see
+/// [`find_crate::find_crate`]); a program outside any cargo target directory lints nothing.
+#[cfg(unix)]
+fn lint_target(args: &ProfileArgs, program: &std::ffi::OsStr) -> (Vec<PathBuf>, Option<String>) {
+    if args.no_lint {
+        return (Vec::new(), None);
+    }
+    if !args.lint.is_empty() {
+        let shown: Vec<String> = args.lint.iter().map(|p| p.display().to_string()).collect();
+        let line = format!("lint: {} (from --lint)", shown.join(", "));
+        return (args.lint.clone(), Some(line));
+    }
+    let Ok(cwd) = std::env::current_dir() else {
+        return (Vec::new(), None);
+    };
+    let path_var = std::env::var_os("PATH");
+    match find_crate::find_crate(program, path_var.as_deref(), &cwd) {
+        Some(found) => {
+            let line = found.describe(&cwd);
+            (vec![found.dir], Some(line))
+        }
+        None => (Vec::new(), None),
+    }
 }
 
 /// What the CUPTI injection plan gave.

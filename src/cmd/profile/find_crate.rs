@@ -1,0 +1,455 @@
+//! Finds the cargo package that built a program, from the program's path, the way a cargo user
+//! reads `target/release/train`: the workspace is the directory holding `target/`, and the
+//! package is the workspace member with a binary (or example) target of that name.
+
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
+
+/// The package that built a program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FoundCrate {
+    /// The package's directory (the one holding its Cargo.toml).
+    pub dir: PathBuf,
+    /// The package's name.
+    pub package: String,
+    /// The workspace root: the directory holding `target/`.
+    pub workspace_root: PathBuf,
+    /// The program's path as it was resolved.
+    pub executable: PathBuf,
+}
+
+impl FoundCrate {
+    /// One line for the summary, such as
+    /// `lint: kernels/ (package perfkit-kernels, from target/release/train)`; paths are shown
+    /// relative to `cwd` (the package) and to the workspace root (the program) where possible.
+    pub(crate) fn describe(&self, cwd: &Path) -> String {
+        let dir = match self.dir.strip_prefix(cwd) {
+            Ok(rel) if rel.as_os_str().is_empty() => "./".to_owned(),
+            Ok(rel) => format!("{}/", rel.display()),
+            Err(_) => format!("{}/", self.dir.display()),
+        };
+        let exe = self
+            .executable
+            .strip_prefix(&self.workspace_root)
+            .unwrap_or(&self.executable);
+        format!(
+            "lint: {dir} (package {}, from {})",
+            self.package,
+            exe.display()
+        )
+    }
+}
+
+/// Finds the package that built `program`: `program` is resolved like a shell does (through
+/// `path_var` when it has no `/`, else against `cwd`), then [`crate_for_executable`] reads the
+/// cargo layout around it; a symbolic link is followed only if its own location says nothing.
+/// `None` when the program is not a file in a cargo target directory of a known package.
+pub(crate) fn find_crate(
+    program: &OsStr,
+    path_var: Option<&OsStr>,
+    cwd: &Path,
+) -> Option<FoundCrate> {
+    let exe = resolve_program(program, path_var, cwd)?;
+    crate_for_executable(&exe).or_else(|| {
+        let real = std::fs::canonicalize(&exe).ok()?;
+        if real == exe {
+            None
+        } else {
+            crate_for_executable(&real)
+        }
+    })
+}
+
+/// The absolute, lexically normalised path of the file `program` names, or `None` when there is
+/// no such file.
+fn resolve_program(program: &OsStr, path_var: Option<&OsStr>, cwd: &Path) -> Option<PathBuf> {
+    let given = Path::new(program);
+    if given.as_os_str().is_empty() {
+        return None;
+    }
+    if given.components().count() > 1 || given.is_absolute() {
+        let path = normalize(&cwd.join(given));
+        return path.is_file().then_some(path);
+    }
+    std::env::split_paths(path_var?)
+        .map(|dir| {
+            // An empty PATH entry means the current directory.
+            let dir = if dir.as_os_str().is_empty() {
+                cwd.to_path_buf()
+            } else {
+                cwd.join(dir)
+            };
+            normalize(&dir.join(given))
+        })
+        .find(|candidate| is_executable_file(candidate))
+}
+
+#[cfg(unix)]
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable_file(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Removes `.` and resolves `..` components without touching the file system.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(component);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Reads the cargo layout around an executable: `<root>/target/<profile>/<name>`,
+/// `<root>/target/<triple>/<profile>/<name>`, or the same with `examples/` before `<name>`,
+/// where `<root>` holds a Cargo.toml; then finds the package with that target.
+pub(crate) fn crate_for_executable(exe: &Path) -> Option<FoundCrate> {
+    let file_name = exe.file_name()?.to_str()?;
+    let name = file_name.strip_suffix(".exe").unwrap_or(file_name);
+    let mut profile_dir = exe.parent()?;
+    let example = profile_dir.file_name() == Some(OsStr::new("examples"));
+    if example {
+        profile_dir = profile_dir.parent()?;
+    }
+    let above = profile_dir.parent()?;
+    let candidates = [Some(above), above.parent()];
+    candidates
+        .into_iter()
+        .flatten()
+        .filter(|dir| dir.file_name() == Some(OsStr::new("target")))
+        .filter_map(Path::parent)
+        .filter(|root| root.join("Cargo.toml").is_file())
+        .find_map(|root| {
+            let kind = if example {
+                TargetKind::Example
+            } else {
+                TargetKind::Bin
+            };
+            let (dir, package) = find_package(root, name, kind)?;
+            Some(FoundCrate {
+                dir,
+                package,
+                workspace_root: root.to_path_buf(),
+                executable: exe.to_path_buf(),
+            })
+        })
+}
+
+/// Which kind of target an executable is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TargetKind {
+    Bin,
+    Example,
+}
+
+/// The directory and name of the package in the workspace at `root` that has a `kind` target
+/// called `name`: the root package first, then the `[workspace] members` in order.
+fn find_package(root: &Path, name: &str, kind: TargetKind) -> Option<(PathBuf, String)> {
+    let manifest = read_manifest(&root.join("Cargo.toml"))?;
+    let mut dirs = vec![root.to_path_buf()];
+    if let Some(workspace) = manifest.get("workspace").and_then(toml::Value::as_table) {
+        let excluded: Vec<PathBuf> = string_list(workspace.get("exclude"))
+            .map(|e| normalize(&root.join(e)))
+            .collect();
+        for member in string_list(workspace.get("members")) {
+            for dir in expand_member(root, member) {
+                if !excluded.contains(&dir) && !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
+        }
+    }
+    dirs.into_iter().find_map(|dir| {
+        let manifest = if dir == root {
+            manifest.clone()
+        } else {
+            read_manifest(&dir.join("Cargo.toml"))?
+        };
+        let package = package_with_target(&dir, &manifest, name, kind)?;
+        Some((dir, package))
+    })
+}
+
+/// A manifest's table, or `None` when it is missing or not valid TOML.
+fn read_manifest(path: &Path) -> Option<toml::Table> {
+    std::fs::read_to_string(path).ok()?.parse().ok()
+}
+
+/// The strings of a TOML array (anything else is skipped).
+fn string_list(value: Option<&toml::Value>) -> impl Iterator<Item = &str> {
+    value
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_str)
+}
+
+/// The directories a `members` entry names: a plain path, or a pattern whose components may
+/// hold `*` and `?` (as in `crates/*`), matched against the directories that exist.
+fn expand_member(root: &Path, member: &str) -> Vec<PathBuf> {
+    let mut dirs = vec![root.to_path_buf()];
+    for part in member.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        let mut next = Vec::new();
+        for dir in &dirs {
+            if part.contains(['*', '?']) {
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    continue;
+                };
+                let mut matched: Vec<PathBuf> = entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.path().is_dir())
+                    .filter(|e| e.file_name().to_str().is_some_and(|n| glob_match(part, n)))
+                    .map(|e| e.path())
+                    .collect();
+                matched.sort();
+                next.extend(matched);
+            } else {
+                next.push(dir.join(part));
+            }
+        }
+        dirs = next;
+    }
+    dirs.iter()
+        .map(|d| normalize(d))
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .collect()
+}
+
+/// Whether `name` matches `pattern`, where `*` is any run of characters and `?` any one.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let name: Vec<char> = name.chars().collect();
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
+/// The package's name when the package in `dir` (manifest `manifest`) has a `kind` target
+/// called `name`: declared (`[[bin]]` / `[[example]]`) or found by cargo's conventions
+/// (`src/main.rs`, `src/bin/<name>.rs`, `src/bin/<name>/main.rs`, `examples/<name>.rs`,
+/// `examples/<name>/main.rs`) unless `autobins` / `autoexamples` is off.
+fn package_with_target(
+    dir: &Path,
+    manifest: &toml::Table,
+    name: &str,
+    kind: TargetKind,
+) -> Option<String> {
+    let package = manifest.get("package")?.as_table()?;
+    let package_name = package.get("name")?.as_str()?;
+    let (section, auto_key) = match kind {
+        TargetKind::Bin => ("bin", "autobins"),
+        TargetKind::Example => ("example", "autoexamples"),
+    };
+    let declared = manifest
+        .get(section)
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("name").and_then(toml::Value::as_str))
+        .any(|n| n == name);
+    if declared {
+        return Some(package_name.to_owned());
+    }
+    if package.get(auto_key).and_then(toml::Value::as_bool) == Some(false) {
+        return None;
+    }
+    let found = match kind {
+        TargetKind::Bin => {
+            (package_name == name && dir.join("src/main.rs").is_file())
+                || dir.join("src/bin").join(format!("{name}.rs")).is_file()
+                || dir.join("src/bin").join(name).join("main.rs").is_file()
+        }
+        TargetKind::Example => {
+            dir.join("examples").join(format!("{name}.rs")).is_file()
+                || dir.join("examples").join(name).join("main.rs").is_file()
+        }
+    };
+    found.then(|| package_name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[cfg(unix)]
+    fn write_exe(path: &Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        write(path, "#!/bin/sh\n");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// A workspace with a root package, a glob member with a declared bin, a member with
+    /// `src/bin/*` and examples, and an excluded directory.
+    fn workspace() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        write(
+            &root.join("Cargo.toml"),
+            "[package]\nname = \"top\"\n\n[workspace]\nmembers = [\"crates/*\", \"tools\"]\n\
+             exclude = [\"crates/skipped\"]\n",
+        );
+        write(&root.join("src/main.rs"), "fn main() {}\n");
+        write(
+            &root.join("crates/kernels/Cargo.toml"),
+            "[package]\nname = \"my-kernels\"\n\n[[bin]]\nname = \"train\"\npath = \"src/train.rs\"\n",
+        );
+        write(
+            &root.join("crates/skipped/Cargo.toml"),
+            "[package]\nname = \"skipped\"\n\n[[bin]]\nname = \"hidden\"\n",
+        );
+        write(
+            &root.join("tools/Cargo.toml"),
+            "[package]\nname = \"tools\"\n",
+        );
+        write(&root.join("tools/src/bin/gen.rs"), "fn main() {}\n");
+        write(&root.join("tools/src/bin/serve/main.rs"), "fn main() {}\n");
+        write(&root.join("tools/examples/demo.rs"), "fn main() {}\n");
+        tmp
+    }
+
+    fn found(exe: &Path) -> Option<(PathBuf, String)> {
+        crate_for_executable(exe).map(|f| (f.dir, f.package))
+    }
+
+    #[test]
+    fn declared_bin_in_a_glob_member() {
+        let tmp = workspace();
+        let root = tmp.path();
+        let kernels = root.join("crates/kernels");
+        for exe in [
+            "target/release/train",
+            "target/debug/train",
+            "target/x86_64-unknown-linux-gnu/release/train",
+        ] {
+            assert_eq!(
+                found(&root.join(exe)),
+                Some((kernels.clone(), "my-kernels".to_owned())),
+                "{exe}"
+            );
+        }
+    }
+
+    #[test]
+    fn conventional_bins_and_examples() {
+        let tmp = workspace();
+        let root = tmp.path();
+        let tools = Some((root.join("tools"), "tools".to_owned()));
+        assert_eq!(found(&root.join("target/debug/gen")), tools);
+        assert_eq!(found(&root.join("target/debug/serve")), tools);
+        assert_eq!(found(&root.join("target/debug/examples/demo")), tools);
+        assert_eq!(
+            found(&root.join("target/debug/top")),
+            Some((root.to_path_buf(), "top".to_owned()))
+        );
+        // An example name is not a bin, and a bin name is not an example.
+        assert_eq!(found(&root.join("target/debug/demo")), None);
+        assert_eq!(found(&root.join("target/debug/examples/gen")), None);
+    }
+
+    #[test]
+    fn unknown_names_excluded_members_and_non_target_dirs_give_nothing() {
+        let tmp = workspace();
+        let root = tmp.path();
+        assert_eq!(found(&root.join("target/debug/nope")), None);
+        assert_eq!(found(&root.join("target/debug/hidden")), None);
+        assert_eq!(found(&root.join("build/debug/train")), None);
+        assert_eq!(found(Path::new("/bin/true")), None);
+        assert_eq!(found(Path::new("train")), None);
+    }
+
+    #[test]
+    fn a_broken_manifest_gives_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join("Cargo.toml"), "[package\nname = ");
+        assert_eq!(found(&tmp.path().join("target/debug/x")), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn programs_resolve_through_path_and_relative_paths() {
+        let tmp = workspace();
+        let root = tmp.path();
+        let exe = root.join("target/release/train");
+        write_exe(&exe);
+        let path_var =
+            std::env::join_paths([Path::new("/nonexistent"), &root.join("target/release")])
+                .unwrap();
+        let by_path = find_crate(OsStr::new("train"), Some(&path_var), Path::new("/")).unwrap();
+        assert_eq!(by_path.package, "my-kernels");
+        assert_eq!(by_path.executable, exe);
+        let relative =
+            find_crate(OsStr::new("./target/../target/release/train"), None, root).unwrap();
+        assert_eq!(relative.dir, root.join("crates/kernels"));
+        assert_eq!(
+            relative.describe(root),
+            "lint: crates/kernels/ (package my-kernels, from target/release/train)"
+        );
+        assert_eq!(find_crate(OsStr::new("train"), None, root), None);
+        assert_eq!(
+            find_crate(OsStr::new("missing"), Some(&path_var), root),
+            None
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_outside_target_is_followed() {
+        let tmp = workspace();
+        let root = tmp.path();
+        let exe = root.join("target/debug/gen");
+        write_exe(&exe);
+        let link = root.join("bin-gen");
+        std::os::unix::fs::symlink(&exe, &link).unwrap();
+        let found = find_crate(OsStr::new("bin-gen"), None, root);
+        assert_eq!(found, None, "not on PATH, no slash");
+        let found = find_crate(link.as_os_str(), None, root).unwrap();
+        assert_eq!(found.package, "tools");
+    }
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match("*", "kernels"));
+        assert!(glob_match("k*s", "kernels"));
+        assert!(glob_match("k?rnels", "kernels"));
+        assert!(glob_match("*-cli", "perfkit-cli"));
+        assert!(!glob_match("k*x", "kernels"));
+        assert!(!glob_match("?", ""));
+    }
+}
