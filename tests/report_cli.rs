@@ -198,3 +198,86 @@ fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
     let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
     assert!(md.contains("exit code 3"), "{md}");
 }
+
+/// Source of a candle training loop whose per-step readback sits at line 72, the line the
+/// synthetic anti-pattern trace records its small device-to-host copies from.
+fn training_source_with_readback_at_line_72() -> String {
+    let mut lines: Vec<String> = vec![
+        "use candle_core::{Device, Tensor};".into(),
+        "use candle_nn::{Optimizer, VarMap, SGD};".into(),
+        "".into(),
+        "pub fn train(dev: &Device, varmap: &VarMap, batches: &[Tensor]) -> candle_core::Result<()> {".into(),
+        "    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;".into(),
+        "    for batch in batches {".into(),
+        "        let loss = batch.to_device(dev)?.sqr()?.mean_all()?;".into(),
+        "        opt.backward_step(&loss)?;".into(),
+    ];
+    while lines.len() < 71 {
+        lines.push("        // ...".into());
+    }
+    lines.push("        let value = loss.to_scalar::<f32>()?;".into());
+    lines.push("        println!(\"loss {value}\");".into());
+    lines.push("    }".into());
+    lines.push("    Ok(())".into());
+    lines.push("}".into());
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn report_lint_puts_lint_findings_beside_the_measured_ones_and_confirms_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("src dir");
+    std::fs::write(
+        src.join("train.rs"),
+        training_source_with_readback_at_line_72(),
+    )
+    .expect("write source");
+    std::fs::write(
+        tmp.path().join("Cargo.toml"),
+        "[package]\nname = \"trainer\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\npath = \"src/train.rs\"\n",
+    )
+    .expect("write manifest");
+
+    stdout(perfkit(tmp.path()).args([
+        "report", "anti", "--out", "out", "--format", "json", "--lint", "src",
+    ]));
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("out/summary.json")).expect("summary.json"),
+    )
+    .expect("summary JSON");
+    let findings = summary["findings"].as_array().expect("findings");
+    let lint_pk101 = findings
+        .iter()
+        .find(|f| f["origin"] == "lint" && f["code"] == "PK101")
+        .unwrap_or_else(|| panic!("a lint PK101 finding: {findings:#?}"));
+    assert_eq!(lint_pk101["location"], "src/train.rs:72:26");
+    assert_eq!(lint_pk101["confirmed"], true, "{lint_pk101:#}");
+    assert!(
+        lint_pk101["cost_per_step_ns"]
+            .as_u64()
+            .is_some_and(|ns| ns > 0),
+        "a confirmed finding carries the measured cost: {lint_pk101:#}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["origin"] == "runtime" && f["code"] == "PK101"),
+        "the measured PK101 stays listed: {findings:#?}"
+    );
+
+    // Without --lint there are no lint findings.
+    stdout(perfkit(tmp.path()).args(["report", "anti", "--out", "out2", "--format", "json"]));
+    let plain: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("out2/summary.json")).expect("summary.json"),
+    )
+    .expect("summary JSON");
+    assert!(
+        plain["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .all(|f| f["origin"] != "lint")
+    );
+}

@@ -109,6 +109,17 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Lints `paths` and puts its findings beside the `runtime` ones, a lint finding marked confirmed
+/// (with the measured cost) where the run saw the same rule at the same source line.
+pub fn with_lint_findings(
+    paths: &[std::path::PathBuf],
+    runtime: Vec<Finding>,
+) -> Result<Vec<Finding>, perfkit_lint::LintError> {
+    let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new(paths.to_vec()))?;
+    let lint = report.diagnostics.iter().map(lint_to_finding).collect();
+    Ok(perfkit_reports::rules::confirm(lint, runtime))
+}
+
 /// A lint diagnostic as a report finding (`origin` = `lint`).
 pub fn lint_to_finding(d: &Diagnostic) -> Finding {
     Finding {

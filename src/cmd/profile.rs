@@ -319,15 +319,8 @@ fn write_reports(
     let findings = if lint_paths.is_empty() {
         runtime
     } else {
-        match perfkit_lint::lint(&perfkit_lint::LintOptions::new(lint_paths.to_vec())) {
-            Ok(report) => {
-                let lint = report
-                    .diagnostics
-                    .iter()
-                    .map(super::check::lint_to_finding)
-                    .collect();
-                rules::confirm(lint, runtime)
-            }
+        match super::check::with_lint_findings(lint_paths, runtime.clone()) {
+            Ok(findings) => findings,
             Err(err) => {
                 eprintln!("perfkit: warning: --lint: {err}");
                 runtime

@@ -30,6 +30,10 @@ pub struct ReportArgs {
     /// Name of the span that marks a training step (default: the one recorded in the trace).
     #[arg(long, value_name = "NAME")]
     step_span: Option<String>,
+    /// Also lint this code (repeatable) and show its findings beside the measured ones; a lint
+    /// finding whose source line also shows up in the run is marked confirmed, with its cost.
+    #[arg(long, value_name = "PATH", num_args = 1)]
+    lint: Vec<PathBuf>,
     /// Open the HTML report in the default browser when done.
     #[arg(long)]
     open: bool,
@@ -78,7 +82,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             perfkit_reports::rules::ProfileConfig::default()
         }
     };
-    let findings = perfkit_reports::rules::evaluate(&analysis, &config)?;
+    let mut findings = perfkit_reports::rules::evaluate(&analysis, &config)?;
+    if !args.lint.is_empty() {
+        findings = super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
+    }
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
     print!("{}", summary::terminal_table(&analysis, 15));
     println!();
