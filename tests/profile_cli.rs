@@ -529,12 +529,16 @@ fn ctrl_c_at_a_terminal_reaches_the_program_exactly_once() {
         ),
     )
     .unwrap();
+    // `exec`: whatever shell `script` starts (`$SHELL`, or dash where it is unset) must not
+    // stay in the foreground process group, where a non-interactive dash dies of the SIGINT
+    // itself and `script` would report that instead of perfkit's exit code.
     let command = format!(
-        "'{PERFKIT}' profile --out '{}' -- sh '{}'",
+        "exec '{PERFKIT}' profile --out '{}' -- sh '{}'",
         run.display(),
         program.display()
     );
     let mut script = Command::new("script")
+        .env("SHELL", "/bin/sh")
         .args(["-qec", &command])
         .arg(&log)
         .stdin(Stdio::piped())
