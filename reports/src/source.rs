@@ -105,6 +105,10 @@ impl TraceSource {
     pub fn run(mut self, f: &mut dyn FnMut(&Event<'_>)) -> ReadOutcome {
         let mut spans: HashMap<u64, (Arc<str>, Option<u64>)> = HashMap::new();
         let unknown: Arc<str> = Arc::from("[unknown span]");
+        // Kernel names as the reports show them: C++ kernels (every CUDA C++ library, PyTorch's
+        // ATen) arrive mangled from CUPTI. Demangled once per distinct name.
+        let mut kernel_names: HashMap<Arc<str>, Arc<str>> = HashMap::new();
+        let no_name: Arc<str> = Arc::from("");
         let mut dropped_seen = 0u64;
         let mut outcome = ReadOutcome::default();
         loop {
@@ -175,6 +179,17 @@ impl TraceSource {
                         GpuOpKind::Alloc => OpKind::Alloc,
                         GpuOpKind::Free => OpKind::Free,
                     };
+                    let name: Arc<str> = match &g.kernel {
+                        Some(k) => match kernel_names.get(&*k.name) {
+                            Some(n) => n.clone(),
+                            None => {
+                                let n: Arc<str> = perfkit_symbolize::demangle(&k.name).into();
+                                kernel_names.insert(Arc::clone(&k.name), n.clone());
+                                n
+                            }
+                        },
+                        None => no_name.clone(),
+                    };
                     let op = GpuOp {
                         kind,
                         thread: u64::from(g.thread),
@@ -185,7 +200,7 @@ impl TraceSource {
                         gpu_end_ns: g.gpu_end,
                         bytes: g.bytes,
                         pinned: g.host_memory.map(|m| m == HostMemory::Pinned),
-                        name: g.kernel.as_ref().map_or("", |k| &k.name),
+                        name: &name,
                         file: g.location.as_ref().map(|l| &*l.file),
                         line: g.location.as_ref().map_or(0, |l| l.line),
                         span: g.span.map(|s| s.0),

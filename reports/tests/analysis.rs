@@ -293,3 +293,40 @@ fn auxiliary_sampler_traces_are_not_processes() {
         "timeline of the program, not of the sampler"
     );
 }
+
+/// CUDA C++ kernels (cuBLAS, PyTorch's ATen) come out of CUPTI mangled; the analysis shows
+/// them as `c++filt` would, and leaves plain C names alone.
+#[test]
+fn mangled_kernel_names_are_demangled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wl = Workload {
+        kernels: [
+            "_Z8gemm_fwdPKfS0_Pfiii",
+            "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_",
+            "adam_update",
+        ],
+        ..Workload::tuned()
+    };
+    let p = write(
+        dir.path(),
+        "train.pktrace",
+        &trace_bytes("train", 3, None, START, &wl),
+    );
+    let a = analyze_path(&p, &AnalyzeOptions::default()).expect("analyze");
+    let mut names: Vec<&str> = a.processes[0]
+        .kernels
+        .iter()
+        .map(|k| k.name.as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "adam_update",
+            "gemm_fwd(float const*, float const*, float*, int, int, int)",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, \
+             at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, \
+             at::detail::Array<char*, 1>)",
+        ]
+    );
+}
