@@ -178,7 +178,27 @@ fn report_renders_without_console_messages() {
         bytes: Some(80),
         count: Some(20),
     };
-    let page = render(dir.path(), &Workload::anti_patterns(), 2, &[finding]);
+    // Two more in the source for the same rule (one of them seen at run time), and one of
+    // another rule: the report groups them per rule.
+    let lint = |line: u32, confirmed: bool, code: &str, name: &str| Finding {
+        location: Some(format!("src/train.rs:{line}")),
+        origin: "lint".to_owned(),
+        confirmed,
+        cost_per_step_ns: None,
+        share_of_step_percent: None,
+        bytes: None,
+        count: None,
+        code: code.to_owned(),
+        name: name.to_owned(),
+        ..finding.clone()
+    };
+    let findings = [
+        lint(90, false, "PK202", "device-alloc-in-step-loop"),
+        lint(72, true, "PK101", "host-readback-in-step-loop"),
+        finding.clone(),
+        lint(140, false, "PK101", "host-readback-in-step-loop"),
+    ];
+    let page = render(dir.path(), &Workload::anti_patterns(), 2, &findings);
     let run = chromium_run(&browser, &page, &["--dump-dom".to_owned()]);
     assert!(
         run.console.is_empty(),
@@ -210,6 +230,21 @@ fn report_renders_without_console_messages() {
     assert!(
         dom.contains("PK101 host-readback-in-step-loop"),
         "findings shown"
+    );
+    assert!(
+        dom.contains("data-groups=\"2\""),
+        "findings grouped per rule"
+    );
+    assert!(dom.contains("4 findings under 2 rules"), "findings counted");
+    // The measured rule comes first, with its three findings and their origins counted.
+    let pk101 = dom.find("data-code=\"PK101\"").expect("PK101 group");
+    let pk202 = dom.find("data-code=\"PK202\"").expect("PK202 group");
+    assert!(pk101 < pk202, "the costly rule first");
+    assert!(
+        dom.contains(
+            "3 findings \u{b7} 1 measured \u{b7} 2 in the source \u{b7} 1 confirmed at run time"
+        ),
+        "group header counts"
     );
     assert!(dom.contains("Straggler: rank 1"), "ranks compared");
     assert!(!dom.contains("<p class=\"empty\">No findings.</p>"));

@@ -389,25 +389,82 @@
   else document.getElementById("ranks").style.display = "none";
   if (D.ranks_note) document.getElementById("ranks-note").textContent = D.ranks_note;
 
-  // Findings.
+  // Findings, one group per rule: the costliest rule first (largest measured share of step
+  // time), then errors before warnings before notes, then by code. A group shows its help
+  // once; rules with measured or confirmed findings, or only a few, start open.
   (function () {
     var host = document.getElementById("findings");
     if (!D.findings.length) { host.appendChild(el("p", "empty", "No findings.")); return; }
+    var rank = { error: 2, warning: 1, note: 0 };
+    var groups = [], byCode = {};
     D.findings.forEach(function (f) {
-      var d = el("div", "finding " + f.severity);
-      var h = el("div");
-      h.appendChild(el("span", "code", f.code + " " + f.name));
-      h.appendChild(document.createTextNode(" \u00b7 " + f.severity + (f.origin ? " \u00b7 " + f.origin : "") + (f.confirmed ? " \u00b7 confirmed at run time" : "")));
-      d.appendChild(h);
-      d.appendChild(el("div", "", f.message));
-      if (f.location) d.appendChild(el("div", "info", f.location));
-      var cost = [];
-      if (f.cost_per_step_ns != null) cost.push(fmtNs(f.cost_per_step_ns) + " per step");
-      if (f.share_of_step_percent != null) cost.push(f.share_of_step_percent.toFixed(1) + " % of step time");
-      if (f.bytes != null) cost.push(fmtBytes(f.bytes));
-      if (f.count != null) cost.push(f.count + " times");
-      if (cost.length) d.appendChild(el("div", "", "cost: " + cost.join(", ")));
-      if (f.help) d.appendChild(el("div", "info", "help: " + f.help));
+      var g = byCode[f.code];
+      if (!g) {
+        g = byCode[f.code] = { code: f.code, name: f.name, help: f.help, severity: f.severity,
+          items: [], runtime: 0, lint: 0, confirmed: 0, share: null, perStep: null };
+        groups.push(g);
+      }
+      g.items.push(f);
+      if (rank[f.severity] > rank[g.severity]) g.severity = f.severity;
+      if (f.origin === "runtime") g.runtime++; else g.lint++;
+      if (f.confirmed) g.confirmed++;
+      if (f.share_of_step_percent != null) g.share = (g.share || 0) + f.share_of_step_percent;
+      if (f.cost_per_step_ns != null) g.perStep = (g.perStep || 0) + f.cost_per_step_ns;
+    });
+    function measured(f) { return f.share_of_step_percent != null ? f.share_of_step_percent : -1; }
+    groups.forEach(function (g) {
+      g.items.sort(function (a, b) {
+        return measured(b) - measured(a) || (b.confirmed ? 1 : 0) - (a.confirmed ? 1 : 0) ||
+          String(a.location || "").localeCompare(String(b.location || ""), undefined, { numeric: true });
+      });
+    });
+    groups.sort(function (a, b) {
+      return (b.share == null ? -1 : b.share) - (a.share == null ? -1 : a.share) ||
+        rank[b.severity] - rank[a.severity] || a.code.localeCompare(b.code);
+    });
+    host.setAttribute("data-groups", groups.length);
+    var counts = el("p", "info", D.findings.length + (D.findings.length === 1 ? " finding" : " findings") +
+      " under " + groups.length + (groups.length === 1 ? " rule" : " rules"));
+    host.appendChild(counts);
+    function cost(f) {
+      var c = [];
+      if (f.cost_per_step_ns != null) c.push(fmtNs(f.cost_per_step_ns) + " per step");
+      if (f.share_of_step_percent != null) c.push(f.share_of_step_percent.toFixed(1) + " % of step time");
+      if (f.bytes != null) c.push(fmtBytes(f.bytes));
+      if (f.count != null) c.push(f.count + " times");
+      return c.join(", ");
+    }
+    groups.forEach(function (g) {
+      var d = el("details", "finding " + g.severity);
+      d.setAttribute("data-code", g.code);
+      if (g.runtime || g.confirmed || g.items.length <= 3) d.open = true;
+      var s = el("summary");
+      s.appendChild(el("span", "code", g.code + " " + g.name));
+      var parts = [g.severity, g.items.length + (g.items.length === 1 ? " finding" : " findings")];
+      if (g.runtime) parts.push(g.runtime + " measured");
+      if (g.lint) parts.push(g.lint + " in the source");
+      if (g.confirmed) parts.push(g.confirmed + " confirmed at run time");
+      if (g.perStep != null) parts.push(fmtNs(g.perStep) + " per step" +
+        (g.share != null ? " (" + g.share.toFixed(1) + " % of step time)" : ""));
+      s.appendChild(document.createTextNode(" \u00b7 " + parts.join(" \u00b7 ")));
+      d.appendChild(s);
+      if (g.help) d.appendChild(el("div", "info", "help: " + g.help));
+      var list = el("ul", "items");
+      g.items.forEach(function (f) {
+        var li = el("li", f.confirmed ? "confirmed" : "");
+        var head = el("div");
+        head.appendChild(el("span", "where", f.location || "(no source line)"));
+        head.appendChild(document.createTextNode(" \u00b7 " + (f.origin || "") +
+          (f.confirmed ? " \u00b7 confirmed at run time" : "") +
+          (f.severity !== g.severity ? " \u00b7 " + f.severity : "")));
+        li.appendChild(head);
+        li.appendChild(el("div", "", f.message));
+        var c = cost(f);
+        if (c) li.appendChild(el("div", "info", "cost: " + c));
+        if (f.help && f.help !== g.help) li.appendChild(el("div", "info", "help: " + f.help));
+        list.appendChild(li);
+      });
+      d.appendChild(list);
       host.appendChild(d);
     });
   })();
