@@ -292,6 +292,7 @@ impl<W: Write> ChromeWriter<W> {
                 name,
                 step,
                 ts_ns,
+                ..
             } => {
                 self.last_ts = self.last_ts.max(ts_ns);
                 let name = self.name(name);

@@ -87,6 +87,10 @@ pub enum Event<'a> {
         name: &'a str,
         /// The span's `step` field when it has one.
         step: Option<u64>,
+        /// Source file of the span's callsite, when recorded.
+        file: Option<&'a str>,
+        /// Source line of the span's callsite (0 when unknown).
+        line: u32,
         /// Timestamp, process clock.
         ts_ns: u64,
     },

@@ -226,6 +226,7 @@ impl ProcessIngest {
                 name,
                 step,
                 ts_ns,
+                ..
             } => {
                 self.see_ts(ts_ns);
                 let name = self.intern(name);

@@ -37,6 +37,14 @@ pub struct TraceSource {
     step_span: String,
 }
 
+/// What the reader keeps of an open span.
+struct SpanInfo {
+    name: Arc<str>,
+    step: Option<u64>,
+    file: Option<Arc<str>>,
+    line: u32,
+}
+
 /// Name of the field that numbers a step span (`info_span!("step", step = 12)`).
 const STEP_FIELD: &str = "step";
 
@@ -103,7 +111,8 @@ impl TraceSource {
 
     /// Streams every record as an [`Event`] to `f`.
     pub fn run(mut self, f: &mut dyn FnMut(&Event<'_>)) -> ReadOutcome {
-        let mut spans: HashMap<u64, (Arc<str>, Option<u64>)> = HashMap::new();
+        // span id -> name, `step` field, callsite source file and line
+        let mut spans: HashMap<u64, SpanInfo> = HashMap::new();
         let unknown: Arc<str> = Arc::from("[unknown span]");
         // Kernel names as the reports show them: C++ kernels (every CUDA C++ library, PyTorch's
         // ATen) arrive mangled from CUPTI. Demangled once per distinct name.
@@ -135,26 +144,34 @@ impl TraceSource {
                     });
                 }
                 Record::SpanNew(n) => {
-                    spans.insert(n.id.0, (n.callsite.name.clone(), step_field(&n.fields)));
+                    spans.insert(
+                        n.id.0,
+                        SpanInfo {
+                            name: n.callsite.name.clone(),
+                            step: step_field(&n.fields),
+                            file: n.callsite.file.clone(),
+                            line: n.callsite.line.unwrap_or(0),
+                        },
+                    );
                     f(&Event::Other { ts_ns: Some(n.ts) });
                 }
                 Record::SpanRecord(r) => {
                     if let Some(step) = step_field(&r.fields)
                         && let Some(entry) = spans.get_mut(&r.span.0)
                     {
-                        entry.1 = Some(step);
+                        entry.step = Some(step);
                     }
                     f(&Event::Other { ts_ns: Some(r.ts) });
                 }
                 Record::SpanEnter(e) => {
-                    let (name, step) = spans
-                        .get(&e.span.0)
-                        .map_or((unknown.clone(), None), |(n, s)| (n.clone(), *s));
+                    let info = spans.get(&e.span.0);
                     f(&Event::Enter {
                         thread: u64::from(e.thread),
                         span: e.span.0,
-                        name: &name,
-                        step,
+                        name: info.map_or(&unknown, |i| &i.name),
+                        step: info.and_then(|i| i.step),
+                        file: info.and_then(|i| i.file.as_deref()),
+                        line: info.map_or(0, |i| i.line),
                         ts_ns: e.ts,
                     });
                 }

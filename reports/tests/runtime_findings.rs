@@ -98,7 +98,20 @@ fn anti_pattern_run_reports_readback_pageable_uploads_and_exposed_loading() {
         pk301.cost_per_step_ns.expect("cost") >= 150_000,
         "{pk301:#?}"
     );
-    assert_eq!(pk301.location.as_deref(), Some("span `data`"));
+    // The loader span's own callsite.
+    assert_eq!(pk301.location.as_deref(), Some("src/train.rs:44"));
+}
+
+#[test]
+fn exposed_loading_in_a_span_with_no_recorded_location_is_named_by_the_span() {
+    let wl = Workload {
+        spans: ["load_batch", "forward", "backward", "optimizer"],
+        ..Workload::anti_patterns()
+    };
+    let f = run(&wl);
+    let pk301 = one(&f, "PK301");
+    assert_eq!(pk301.location.as_deref(), Some("span `load_batch`"));
+    assert!(pk301.message.contains("(load_batch)"), "{}", pk301.message);
 }
 
 #[test]

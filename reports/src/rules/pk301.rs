@@ -4,7 +4,9 @@
 //! Measures how long the GPU is idle while a thread that issues GPU work is inside a
 //! data-loading span (`loader-spans`, default `data`, `load_batch`, `dataloader`,
 //! `data_loading`, `next_batch`), between the first and the last GPU operation, and reports
-//! it when it reaches `loader-idle-share` (default 5 %) of the median step.
+//! it when it reaches `loader-idle-share` (default 5 %) of the median step. The finding
+//! points at the source line that opens the loader span that took the longest (`tracing`
+//! records every span's callsite), or names the span where the trace has no location.
 //!
 //! ## Why is this bad?
 //! When the training thread loads (or waits for) its next batch while the GPU has nothing
@@ -50,6 +52,11 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         ),
         Some(per_step),
     );
-    f.location = scan.loader_names.first().map(|n| format!("span `{n}`"));
+    // The loader span's own source line when the trace has it (tracing records each span's
+    // callsite), else its name.
+    f.location = scan
+        .loader_location
+        .clone()
+        .or_else(|| scan.loader_names.first().map(|n| format!("span `{n}`")));
     out.push(f);
 }

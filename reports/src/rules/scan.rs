@@ -66,6 +66,9 @@ pub struct Scan {
     pub loader_idle_ns: u64,
     /// Names of the data-loading spans seen on those threads.
     pub loader_names: Vec<String>,
+    /// `file:line` of the data-loading span that took the most time on those threads, when
+    /// its callsite's location is recorded.
+    pub loader_location: Option<String>,
     /// Pinned host-to-device copies of the whole run: bytes and GPU time (for the bandwidth).
     pub pinned_h2d_bytes: u64,
     /// GPU time of those copies.
@@ -93,8 +96,10 @@ pub fn scan_file(
     let step_name = step_span.map_or_else(|| source.step_span().to_owned(), str::to_owned);
     let mut open: HashMap<u64, (u64, u64, u8)> = HashMap::new(); // span -> (thread, enter ts, 1 step / 2 loader)
     let mut steps: Vec<(u64, u64)> = Vec::new();
-    let mut loaders: Vec<(u64, u64, u64, String)> = Vec::new(); // thread, start, end, name
-    let mut open_names: HashMap<u64, String> = HashMap::new();
+    let mut loaders: Vec<(u64, u64, u64, u32)> = Vec::new(); // thread, start, end, loader index
+    // Distinct loader spans: name and callsite location.
+    let mut loader_kinds: Vec<(String, Option<String>)> = Vec::new();
+    let mut open_loaders: HashMap<u64, u32> = HashMap::new();
     let mut busy: Vec<(u64, u64)> = Vec::new();
     let mut pending: HashMap<u64, usize> = HashMap::new(); // op id -> index in ops awaiting timing
     let mut pending_busy: HashSet<u64> = HashSet::new();
@@ -109,6 +114,8 @@ pub fn scan_file(
             thread,
             span,
             name,
+            file,
+            line,
             ts_ns,
             ..
         } => {
@@ -116,16 +123,26 @@ pub fn scan_file(
                 open.insert(*span, (*thread, *ts_ns, 1));
             } else if loader_spans.iter().any(|l| l == name) {
                 open.insert(*span, (*thread, *ts_ns, 2));
-                open_names.insert(*span, (*name).to_owned());
+                let location = file.map(|f| format!("{f}:{line}"));
+                let index = match loader_kinds
+                    .iter()
+                    .position(|(n, l)| n == name && *l == location)
+                {
+                    Some(i) => i,
+                    None => {
+                        loader_kinds.push(((*name).to_owned(), location));
+                        loader_kinds.len() - 1
+                    }
+                };
+                open_loaders.insert(*span, index as u32);
             }
         }
         Event::Exit { span, ts_ns, .. } => {
             if let Some((thread, start, what)) = open.remove(span) {
                 if what == 1 {
                     steps.push((start, (*ts_ns).max(start)));
-                } else {
-                    let name = open_names.remove(span).unwrap_or_default();
-                    loaders.push((thread, start, (*ts_ns).max(start), name));
+                } else if let Some(index) = open_loaders.remove(span) {
+                    loaders.push((thread, start, (*ts_ns).max(start), index));
                 }
             }
         }
@@ -262,17 +279,30 @@ pub fn scan_file(
             }
         }
         // Data loading on the threads that drive the GPU.
-        let mut names: Vec<String> = Vec::new();
+        // Time per distinct loader span on those threads; `None` where it never ran there.
+        let mut time_per_kind: Vec<Option<u64>> = vec![None; loader_kinds.len()];
         let driving: Vec<(u64, u64)> = loaders
             .iter()
             .filter(|(t, ..)| gpu_threads.contains(t))
-            .map(|(_, s, e, name)| {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
-                (*s, *e)
+            .map(|&(_, s, e, index)| {
+                *time_per_kind[index as usize].get_or_insert(0) += e - s;
+                (s, e)
             })
             .collect();
+        let mut names: Vec<String> = Vec::new();
+        for ((name, _), time) in loader_kinds.iter().zip(&time_per_kind) {
+            if time.is_some() && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        // The first of the longest, so that ties resolve in file order.
+        scan.loader_location = loader_kinds
+            .iter()
+            .zip(&time_per_kind)
+            .enumerate()
+            .filter_map(|(i, ((_, location), time))| Some((time.as_ref()?, i, location.as_ref()?)))
+            .max_by_key(|&(time, i, _)| (*time, std::cmp::Reverse(i)))
+            .map(|(_, _, location)| location.clone());
         let loading = IntervalUnion::build(driving);
         scan.loader_ns = loading.total();
         scan.loader_idle_ns = loading
