@@ -43,21 +43,62 @@ impl FoundCrate {
 /// Finds the package that built `program`: `program` is resolved like a shell does (through
 /// `path_var` when it has no `/`, else against `cwd`), then [`crate_for_executable`] reads the
 /// cargo layout around it; a symbolic link is followed only if its own location says nothing.
-/// `None` when the program is not a file in a cargo target directory of a known package.
+/// A target directory elsewhere (`CARGO_TARGET_DIR`, `build.target-dir`, one shared by several
+/// workspaces) is recognised by the files cargo keeps in it, and the package is then looked
+/// up in the workspace that holds `cwd`, as `cargo` itself would. `None` when the program is
+/// not a file in a cargo target directory of a known package.
 pub(crate) fn find_crate(
     program: &OsStr,
     path_var: Option<&OsStr>,
     cwd: &Path,
 ) -> Option<FoundCrate> {
     let exe = resolve_program(program, path_var, cwd)?;
-    crate_for_executable(&exe).or_else(|| {
-        let real = std::fs::canonicalize(&exe).ok()?;
-        if real == exe {
-            None
-        } else {
-            crate_for_executable(&real)
-        }
-    })
+    let real = std::fs::canonicalize(&exe).ok().filter(|real| *real != exe);
+    crate_for_executable(&exe)
+        .or_else(|| crate_for_executable(real.as_deref()?))
+        .or_else(|| crate_in_shared_target_dir(&exe, cwd))
+        .or_else(|| crate_in_shared_target_dir(real.as_deref()?, cwd))
+}
+
+/// Where an executable sits in a cargo target directory: its name, whether it is an example,
+/// and the directories that may be the target directory (`<td>/<profile>/` or
+/// `<td>/<triple>/<profile>/`).
+fn target_layout(exe: &Path) -> Option<(&str, TargetKind, [Option<&Path>; 2])> {
+    let file_name = exe.file_name()?.to_str()?;
+    let name = file_name.strip_suffix(".exe").unwrap_or(file_name);
+    let mut profile_dir = exe.parent()?;
+    let kind = if profile_dir.file_name() == Some(OsStr::new("examples")) {
+        profile_dir = profile_dir.parent()?;
+        TargetKind::Example
+    } else {
+        TargetKind::Bin
+    };
+    let above = profile_dir.parent()?;
+    Some((name, kind, [Some(above), above.parent()]))
+}
+
+/// A program in a cargo target directory that is not `<workspace>/target`: the package is the
+/// one with that target in the nearest package or workspace above `cwd`.
+fn crate_in_shared_target_dir(exe: &Path, cwd: &Path) -> Option<FoundCrate> {
+    let (name, kind, candidates) = target_layout(exe)?;
+    // Cargo marks every target directory it creates with these two files.
+    let is_target_dir =
+        |dir: &Path| dir.join("CACHEDIR.TAG").is_file() && dir.join(".rustc_info.json").is_file();
+    if !candidates.into_iter().flatten().any(is_target_dir) {
+        return None;
+    }
+    let cwd = normalize(cwd);
+    cwd.ancestors()
+        .filter(|dir| dir.join("Cargo.toml").is_file())
+        .find_map(|root| {
+            let (dir, package) = find_package(root, name, kind)?;
+            Some(FoundCrate {
+                dir,
+                package,
+                workspace_root: root.to_path_buf(),
+                executable: exe.to_path_buf(),
+            })
+        })
 }
 
 /// The absolute, lexically normalised path of the file `program` names, or `None` when there is
@@ -116,15 +157,7 @@ fn normalize(path: &Path) -> PathBuf {
 /// `<root>/target/<triple>/<profile>/<name>`, or the same with `examples/` before `<name>`,
 /// where `<root>` holds a Cargo.toml; then finds the package with that target.
 pub(crate) fn crate_for_executable(exe: &Path) -> Option<FoundCrate> {
-    let file_name = exe.file_name()?.to_str()?;
-    let name = file_name.strip_suffix(".exe").unwrap_or(file_name);
-    let mut profile_dir = exe.parent()?;
-    let example = profile_dir.file_name() == Some(OsStr::new("examples"));
-    if example {
-        profile_dir = profile_dir.parent()?;
-    }
-    let above = profile_dir.parent()?;
-    let candidates = [Some(above), above.parent()];
+    let (name, kind, candidates) = target_layout(exe)?;
     candidates
         .into_iter()
         .flatten()
@@ -132,11 +165,6 @@ pub(crate) fn crate_for_executable(exe: &Path) -> Option<FoundCrate> {
         .filter_map(Path::parent)
         .filter(|root| root.join("Cargo.toml").is_file())
         .find_map(|root| {
-            let kind = if example {
-                TargetKind::Example
-            } else {
-                TargetKind::Bin
-            };
             let (dir, package) = find_package(root, name, kind)?;
             Some(FoundCrate {
                 dir,
@@ -441,6 +469,40 @@ mod tests {
         assert_eq!(found, None, "not on PATH, no slash");
         let found = find_crate(link.as_os_str(), None, root).unwrap();
         assert_eq!(found.package, "tools");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_target_dir_elsewhere_is_read_against_the_workspace_of_cwd() {
+        let tmp = workspace();
+        let root = tmp.path();
+        let shared = tempfile::tempdir().unwrap();
+        let exe = shared.path().join("release/train");
+        write_exe(&exe);
+        let example = shared.path().join("debug/examples/demo");
+        write_exe(&example);
+        // Not marked as a cargo target directory yet: nothing.
+        assert_eq!(find_crate(exe.as_os_str(), None, root), None);
+        write(
+            &shared.path().join("CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        );
+        write(&shared.path().join(".rustc_info.json"), "{}");
+        let found = find_crate(exe.as_os_str(), None, root).unwrap();
+        assert_eq!(
+            (found.dir, found.package.as_str()),
+            (root.join("crates/kernels"), "my-kernels")
+        );
+        // From inside a member, the member first, then the workspace above it.
+        let found = find_crate(example.as_os_str(), None, &root.join("tools/src")).unwrap();
+        assert_eq!(
+            (found.dir, found.package.as_str()),
+            (root.join("tools"), "tools")
+        );
+        let found = find_crate(exe.as_os_str(), None, &root.join("tools")).unwrap();
+        assert_eq!(found.package, "my-kernels");
+        // Outside any workspace: nothing.
+        assert_eq!(find_crate(exe.as_os_str(), None, shared.path()), None);
     }
 
     #[test]
