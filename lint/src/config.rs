@@ -1,5 +1,6 @@
-//! Configuration: `perfkit.toml`, or `[workspace.metadata.perfkit]` / `[package.metadata.perfkit]` in
-//! `Cargo.toml`, found upward from the linted code, or a file given with `--config`.
+//! Configuration: `perfkit.toml`, or `[package.metadata.perfkit]` / `[workspace.metadata.perfkit]` in
+//! `Cargo.toml` (the package's table wins where one manifest has both, as for the `[profile]`
+//! thresholds), found upward from the linted code, or a file given with `--config`.
 //!
 //! ```toml
 //! select = ["PK1", "PK2"]          # codes or prefixes; default: every rule
@@ -256,8 +257,9 @@ fn build_globs(patterns: &[String]) -> Result<GlobSet, String> {
         .map_err(|e| format!("bad `exclude` globs: {e}"))
 }
 
+/// The `metadata.perfkit` table of a Cargo.toml: the package's, else the workspace's.
 fn cargo_metadata_table(table: &toml::Table) -> Option<&toml::Table> {
-    ["workspace", "package"].iter().find_map(|section| {
+    ["package", "workspace"].iter().find_map(|section| {
         table
             .get(*section)?
             .get("metadata")?
@@ -365,6 +367,16 @@ mod tests {
         .expect("write Cargo.toml");
         let c = Config::from_file(&cargo).expect("only a profile table");
         assert_eq!(c.min_batch_size, DEFAULT_MIN_BATCH_SIZE);
+        // A root package that is also the workspace: its own table wins, as the `[profile]`
+        // thresholds read it.
+        std::fs::write(
+            &cargo,
+            "[package]\nname = \"x\"\n\n[package.metadata.perfkit]\nmin-batch-size = 8\n\n\
+             [workspace]\n\n[workspace.metadata.perfkit]\nmin-batch-size = 32\n",
+        )
+        .expect("write Cargo.toml");
+        let c = Config::from_file(&cargo).expect("both tables");
+        assert_eq!(c.min_batch_size, 8);
     }
 
     #[test]
