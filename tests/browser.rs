@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use perfkit_reports::findings::{Finding, Severity};
 use perfkit_reports::render::{Format, RenderOptions, write_all};
 use perfkit_reports::{AnalyzeOptions, analyze_path};
-use synth::{Workload, trace_bytes};
+use synth::{Synth, Workload, trace_bytes};
 
 const START: u64 = 1_700_000_000_000_000_000;
 
@@ -337,4 +337,59 @@ fn strings_from_the_traced_program_never_run() {
             format!("--screenshot={}", shot.display()),
         ],
     );
+}
+
+/// A run with no GPU work at all (a CPU run): the step chart shows whole steps, not a
+/// breakdown that would read as 100 % GPU idle.
+#[test]
+fn a_run_without_gpu_work_charts_whole_steps() {
+    let Some(browser) = browser_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = dir.path().join("traces");
+    std::fs::create_dir_all(&traces).expect("traces dir");
+    let mut s = Synth::new(Vec::new(), "train", 9, None, START);
+    for step in 0..12 {
+        s.enter(0, "step", Some(step));
+        s.enter(0, "forward", None);
+        s.work(2_000_000 + step * 10_000);
+        s.exit(0);
+        s.exit(0);
+    }
+    std::fs::write(traces.join("train-9.pktrace"), s.finish(false)).expect("write trace");
+    let a = analyze_path(&traces, &AnalyzeOptions::default()).expect("analyze");
+    write_all(
+        &a,
+        dir.path(),
+        &[Format::Html],
+        &[],
+        &RenderOptions::default(),
+    )
+    .expect("render");
+    let run = chromium_run(
+        &browser,
+        &dir.path().join("report.html"),
+        &["--dump-dom".to_owned()],
+    );
+    assert!(
+        run.console.is_empty(),
+        "console messages: {:#?}",
+        run.console
+    );
+    let dom = run.stdout;
+    assert!(
+        dom.contains("data-rendered=\"true\""),
+        "the script ran to its end"
+    );
+    assert_eq!(
+        dom.matches("class=\"step-bar\"").count(),
+        12,
+        "a bar per step"
+    );
+    assert!(
+        dom.contains("no GPU work was recorded"),
+        "the legend says why"
+    );
+    assert!(!dom.contains("GPU idle</span>"), "no GPU breakdown legend");
 }

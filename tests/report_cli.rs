@@ -267,6 +267,30 @@ fn report_lint_puts_lint_findings_beside_the_measured_ones_and_confirms_them() {
         "the measured PK101 stays listed: {findings:#?}"
     );
 
+    // From elsewhere, the location is still relative to the package (as the recorder's
+    // `#[track_caller]` paths are), not to where perfkit ran.
+    let elsewhere = tmp.path().join("ci/job");
+    std::fs::create_dir_all(&elsewhere).expect("another directory");
+    stdout(
+        perfkit(&elsewhere)
+            .arg("report")
+            .arg(tmp.path().join("anti"))
+            .args(["--out", "out", "--format", "json", "--lint"])
+            .arg(&src),
+    );
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(elsewhere.join("out/summary.json")).expect("summary.json"),
+    )
+    .expect("summary JSON");
+    let located: Vec<&Value> = summary["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["origin"] == "lint" && f["code"] == "PK101")
+        .map(|f| &f["location"])
+        .collect();
+    assert_eq!(located, ["src/train.rs:72:26"]);
+
     // Without --lint there are no lint findings.
     stdout(perfkit(tmp.path()).args(["report", "anti", "--out", "out2", "--format", "json"]));
     let plain: Value = serde_json::from_str(

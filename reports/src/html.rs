@@ -197,6 +197,8 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
             "process": p.meta.label(),
             "span": p.steps.span_name,
             "bucket": p.steps.series_bucket,
+            // Without any GPU work recorded the breakdown would read as 100 % GPU idle.
+            "gpu": p.gpu.busy_ns > 0 || !p.kernels.is_empty() || p.copies.total.count > 0 || p.syncs.count > 0,
             "points": p.steps.series.iter().map(|s| json!([s.index, s.breakdown.wall_ns, s.breakdown.kernel_ns, s.breakdown.copy_ns, s.breakdown.sync_wait_ns, s.breakdown.idle_ns])).collect::<Vec<_>>(),
         })
     });
@@ -333,7 +335,7 @@ pub fn render(analysis: &Analysis, findings: &[Finding], options: &HtmlOptions) 
         "<main>\n",
         "<section><h2>Summary</h2><div class=\"cards\" id=\"cards\"></div></section>\n",
         "<section><h2>Findings</h2><div id=\"findings\"></div></section>\n",
-        "<section><h2>Time per step</h2><div class=\"legend\"><span><i class=\"sw-kernel\"></i>kernels</span><span><i class=\"sw-copy\"></i>copies</span><span><i class=\"sw-sync\"></i>sync wait</span><span><i class=\"sw-idle\"></i>GPU idle</span></div><div class=\"chart\" id=\"step-chart\"></div></section>\n",
+        "<section><h2>Time per step</h2><div class=\"legend\" id=\"step-legend\"><span><i class=\"sw-kernel\"></i>kernels</span><span><i class=\"sw-copy\"></i>copies</span><span><i class=\"sw-sync\"></i>sync wait</span><span><i class=\"sw-idle\"></i>GPU idle</span></div><div class=\"chart\" id=\"step-chart\"></div></section>\n",
         "<section><h2>Timeline of selected steps</h2><div id=\"timeline\"></div></section>\n",
         "<section><h2>Flamegraphs</h2><div id=\"flame\"></div></section>\n",
         "<section id=\"ranks\"><h2>Ranks</h2><p id=\"ranks-note\"></p><div id=\"ranks-table\"></div></section>\n",

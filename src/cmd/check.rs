@@ -116,12 +116,69 @@ pub fn with_lint_findings(
     runtime: Vec<Finding>,
 ) -> Result<Vec<Finding>, perfkit_lint::LintError> {
     let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new(paths.to_vec()))?;
-    let lint = report.diagnostics.iter().map(lint_to_finding).collect();
+    let lint = lint_to_findings(&report.diagnostics);
     Ok(perfkit_reports::rules::confirm(lint, runtime))
 }
 
-/// A lint diagnostic as a report finding (`origin` = `lint`).
-pub fn lint_to_finding(d: &Diagnostic) -> Finding {
+/// The cargo workspace root of source files, cached per directory: the nearest directory above
+/// a file whose Cargo.toml has a `[workspace]` table, else the nearest holding a Cargo.toml.
+#[derive(Default)]
+struct WorkspaceRoots {
+    by_dir: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl WorkspaceRoots {
+    fn of(&mut self, file: &Path) -> Option<&Path> {
+        let dir = file.parent()?.to_path_buf();
+        self.by_dir
+            .entry(dir)
+            .or_insert_with_key(|dir| {
+                let mut package = None;
+                for candidate in dir.ancestors() {
+                    let Ok(text) = std::fs::read_to_string(candidate.join("Cargo.toml")) else {
+                        continue;
+                    };
+                    let manifest: Option<toml::Table> = text.parse().ok();
+                    if manifest.is_some_and(|m| m.contains_key("workspace")) {
+                        return Some(candidate.to_path_buf());
+                    }
+                    package.get_or_insert_with(|| candidate.to_path_buf());
+                }
+                package
+            })
+            .as_deref()
+    }
+}
+
+/// Lint diagnostics as report findings (`origin` = `lint`). Their paths are relative to their
+/// cargo workspace's root, as the recorder's `#[track_caller]` locations are
+/// (`kernels/src/train.rs`), so that a report reads the same wherever it was written or is
+/// opened; a file in no cargo package keeps the path the linter shows.
+pub fn lint_to_findings(diagnostics: &[Diagnostic]) -> Vec<Finding> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut roots = WorkspaceRoots::default();
+    diagnostics
+        .iter()
+        .map(|d| {
+            let mut finding = lint_to_finding(d);
+            let absolute = cwd.join(&d.path);
+            if let Some(root) = roots.of(&absolute)
+                && let Ok(relative) = absolute.strip_prefix(root)
+            {
+                finding.location = Some(format!(
+                    "{}:{}:{}",
+                    output::display_path(relative),
+                    d.region.line,
+                    d.region.column
+                ));
+            }
+            finding
+        })
+        .collect()
+}
+
+/// A lint diagnostic as a report finding, its path as the linter shows it.
+fn lint_to_finding(d: &Diagnostic) -> Finding {
     Finding {
         code: d.code.to_owned(),
         name: d.name.to_owned(),

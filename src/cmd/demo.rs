@@ -331,11 +331,7 @@ fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
         report.diagnostics.len(),
         report.files_scanned
     );
-    Ok(report
-        .diagnostics
-        .iter()
-        .map(super::check::lint_to_finding)
-        .collect())
+    Ok(super::check::lint_to_findings(&report.diagnostics))
 }
 
 /// Evaluates the runtime rules of a profiled run, confirms the trainer's lint findings with

@@ -101,8 +101,8 @@ pub fn render(
     }
 }
 
-/// `path` as shown to the user: relative to the current directory where it can be (an absolute path under
-/// the current directory, or a relative one, with `./` and `a/../` removed), with forward slashes.
+/// `path` as shown to the user: relative to the current directory (with `..` steps where it lies
+/// outside; absolute only on another drive), `./` and `a/../` removed, with forward slashes.
 pub fn display_path(path: &Path) -> String {
     let shown = relative_to_current_dir(path);
     let text = shown.to_string_lossy();

@@ -76,8 +76,15 @@
     if (max <= 0) max = 1;
     var svg = sv("svg", { width: W, height: H, "class": "stepsvg", role: "img" });
     var bw = (W - L - 8) / pts.length;
-    var colors = ["#2f7ed8", "#f28f2c", "#d6453d", "#c9ced6"];
-    var names = ["kernels", "copies", "sync wait", "idle"];
+    var gpu = D.steps.gpu !== false;
+    var colors = gpu ? ["#2f7ed8", "#f28f2c", "#d6453d", "#c9ced6"] : ["#7f9cb8"];
+    var names = gpu ? ["kernels", "copies", "sync wait", "idle"] : ["host"];
+    if (!gpu) {
+      // No GPU work in this run: one bar per step, its whole wall time.
+      var legend = document.getElementById("step-legend");
+      legend.textContent = "";
+      legend.appendChild(el("span", "", "whole step (no GPU work was recorded, so there is no GPU breakdown)"));
+    }
     for (var g = 0; g <= 4; g++) {
       var y = T + (H - T - B) * (1 - g / 4);
       svg.appendChild(sv("line", { x1: L, x2: W - 4, y1: y, y2: y, stroke: "#e3e6ea" }));
@@ -87,7 +94,7 @@
     }
     pts.forEach(function (p, i) {
       var x = L + i * bw, y = H - B;
-      var parts = [p[2], p[3], p[4], p[5]];
+      var parts = gpu ? [p[2], p[3], p[4], p[5]] : [p[1]];
       var g = sv("g", { "class": "step-bar" });
       parts.forEach(function (v, k) {
         var h = (H - T - B) * v / max;
