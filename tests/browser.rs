@@ -147,6 +147,21 @@ fn render(dir: &Path, wl: &Workload, ranks: u32, findings: &[Finding]) -> PathBu
     dir.join("report.html")
 }
 
+/// The page's DOM after its script ran, which it must do to its end without a console message.
+fn rendered_dom(browser: &Path, page: &Path) -> String {
+    let run = chromium_run(browser, page, &["--dump-dom".to_owned()]);
+    assert!(
+        run.console.is_empty(),
+        "console messages: {:#?}",
+        run.console
+    );
+    assert!(
+        run.stdout.contains("data-rendered=\"true\""),
+        "the script ran to its end"
+    );
+    run.stdout
+}
+
 fn attr_number(dom: &str, marker: &str) -> u64 {
     let Some(at) = dom.find(marker) else {
         return 0;
@@ -199,17 +214,7 @@ fn report_renders_without_console_messages() {
         lint(140, false, "PK101", "host-readback-in-step-loop"),
     ];
     let page = render(dir.path(), &Workload::anti_patterns(), 2, &findings);
-    let run = chromium_run(&browser, &page, &["--dump-dom".to_owned()]);
-    assert!(
-        run.console.is_empty(),
-        "console messages: {:#?}",
-        run.console
-    );
-    let dom = run.stdout;
-    assert!(
-        dom.contains("data-rendered=\"true\""),
-        "the script ran to its end"
-    );
+    let dom = rendered_dom(&browser, &page);
     assert!(
         attr_number(&dom, "data-frames=\"") >= 4,
         "flamegraph frames drawn"
@@ -301,15 +306,8 @@ fn strings_from_the_traced_program_never_run() {
         !html.contains(SCRIPT) && !html.contains("<img src=x"),
         "payloads are escaped in the file"
     );
-    let run = chromium_run(&browser, &page, &["--dump-dom".to_owned()]);
     // An injected handler or script would run (console) or be blocked by the CSP (console too).
-    assert!(
-        run.console.is_empty(),
-        "console messages: {:#?}",
-        run.console
-    );
-    let dom = run.stdout;
-    assert!(dom.contains("data-rendered=\"true\""));
+    let dom = rendered_dom(&browser, &page);
     // Shown literally: the serialised DOM holds the payloads as escaped text in table cells.
     assert!(
         dom.contains("<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>"),
@@ -367,21 +365,7 @@ fn a_run_without_gpu_work_charts_whole_steps() {
         &RenderOptions::default(),
     )
     .expect("render");
-    let run = chromium_run(
-        &browser,
-        &dir.path().join("report.html"),
-        &["--dump-dom".to_owned()],
-    );
-    assert!(
-        run.console.is_empty(),
-        "console messages: {:#?}",
-        run.console
-    );
-    let dom = run.stdout;
-    assert!(
-        dom.contains("data-rendered=\"true\""),
-        "the script ran to its end"
-    );
+    let dom = rendered_dom(&browser, &dir.path().join("report.html"));
     assert_eq!(
         dom.matches("class=\"step-bar\"").count(),
         12,

@@ -88,8 +88,19 @@ fn crate_in_shared_target_dir(exe: &Path, cwd: &Path) -> Option<FoundCrate> {
         return None;
     }
     let cwd = normalize(cwd);
-    cwd.ancestors()
-        .filter(|dir| dir.join("Cargo.toml").is_file())
+    first_package(cwd.ancestors(), exe, name, kind)
+}
+
+/// The first of the candidate workspace roots (directories holding a Cargo.toml) whose
+/// workspace has a `kind` target called `name`.
+fn first_package<'a>(
+    roots: impl Iterator<Item = &'a Path>,
+    exe: &Path,
+    name: &str,
+    kind: TargetKind,
+) -> Option<FoundCrate> {
+    roots
+        .filter(|root| root.join("Cargo.toml").is_file())
         .find_map(|root| {
             let (dir, package) = find_package(root, name, kind)?;
             Some(FoundCrate {
@@ -158,21 +169,12 @@ fn normalize(path: &Path) -> PathBuf {
 /// where `<root>` holds a Cargo.toml; then finds the package with that target.
 pub(crate) fn crate_for_executable(exe: &Path) -> Option<FoundCrate> {
     let (name, kind, candidates) = target_layout(exe)?;
-    candidates
+    let roots = candidates
         .into_iter()
         .flatten()
         .filter(|dir| dir.file_name() == Some(OsStr::new("target")))
-        .filter_map(Path::parent)
-        .filter(|root| root.join("Cargo.toml").is_file())
-        .find_map(|root| {
-            let (dir, package) = find_package(root, name, kind)?;
-            Some(FoundCrate {
-                dir,
-                package,
-                workspace_root: root.to_path_buf(),
-                executable: exe.to_path_buf(),
-            })
-        })
+        .filter_map(Path::parent);
+    first_package(roots, exe, name, kind)
 }
 
 /// Which kind of target an executable is.
