@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
-use synth::{Workload, trace_bytes};
+use synth::{Synth, Workload, trace_bytes};
 
 fn perfkit() -> Command {
     let mut c = Command::cargo_bin("perfkit").expect("perfkit binary");
@@ -184,6 +184,49 @@ fn tuned_run_passes_against_itself_and_against_a_rerun() {
         .assert()
         .code(0)
         .stdout(predicate::str::contains("::error").not());
+}
+
+/// Two runs with steps but no GPU work (CPU runs): the step time is compared, and the gates
+/// that need GPU work say that they were not applied instead of vanishing.
+#[test]
+fn cpu_runs_say_which_gates_were_not_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cpu_run = |name: &str, step_ns: u64| {
+        let trace = dir.path().join(name).join("trace");
+        std::fs::create_dir_all(&trace).expect("mkdir");
+        let mut s = Synth::new(Vec::new(), "train", 3, None, 0);
+        for step in 0..30 {
+            s.enter(0, "step", Some(step));
+            s.work(step_ns + (step % 3) * 1_000);
+            s.exit(0);
+        }
+        std::fs::write(trace.join("train-3.pktrace"), s.finish(false)).expect("write trace");
+        trace
+    };
+    let base = cpu_run("base", 1_000_000);
+    let slower = cpu_run("slower", 1_500_000);
+    let summary = dir.path().join("summary.md");
+    perfkit()
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&slower)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("median step time"))
+        .stdout(predicate::str::contains(
+            "GPU idle share of step time: not compared, neither run recorded GPU work",
+        ))
+        .stdout(predicate::str::contains(
+            "copy time per step: not compared, neither run recorded a copy",
+        ))
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+    let md = std::fs::read_to_string(&summary).expect("step summary");
+    assert!(
+        md.contains("_GPU idle share of step time: not compared"),
+        "{md}"
+    );
 }
 
 #[test]

@@ -298,6 +298,24 @@ fn steps_of(run: &Run) -> Option<&ProcessAnalysis> {
     pace_process(&run.processes).filter(|p| p.steps.duration.count > 0)
 }
 
+/// What two runs could not be compared on, and why: a CPU run has no GPU idle share and no
+/// copies, and a gate that silently vanished would read as a pass.
+pub fn not_compared(base: &Run, new: &Run) -> Vec<String> {
+    let (Some(b), Some(n)) = (steps_of(base), steps_of(new)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if b.gpu.busy_ns == 0 && n.gpu.busy_ns == 0 {
+        out.push(
+            "GPU idle share of step time: not compared, neither run recorded GPU work".to_owned(),
+        );
+    }
+    if b.copies.total.count == 0 && n.copies.total.count == 0 {
+        out.push("copy time per step: not compared, neither run recorded a copy".to_owned());
+    }
+    out
+}
+
 /// Compares two runs: median step time, GPU idle share, copy time per step.
 pub fn compare(base: &Run, new: &Run, max_regression: f64) -> anyhow::Result<Vec<Gate>> {
     let (Some(b), Some(n)) = (steps_of(base), steps_of(new)) else {
@@ -493,6 +511,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 }
             );
             failed |= g.failed();
+        }
+        for line in not_compared(&base, &new) {
+            writeln!(out, "{line}")?;
+            let _ = writeln!(md, "\n_{line}_");
         }
         md.push('\n');
     }
