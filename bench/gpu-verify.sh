@@ -14,6 +14,7 @@
 # build machine's repository path to the copy it runs in when the two differ (this needs the
 # right to create that path, e.g. root). `run` keeps going after a failed step and ends with a
 # table of every step's outcome; its exit status is 1 when any step failed.
+# GPU_VERIFY_DEVICE=cpu runs the trainer steps on the CPU: a dry run of the script itself.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -96,6 +97,7 @@ cuda_library_path() {
   echo "${dirs[*]}"
 }
 
+device=${GPU_VERIFY_DEVICE:-cuda}
 declare -a OUTCOMES=()
 step() {
   local name=$1
@@ -128,7 +130,7 @@ ms_per_step() {
 # itself with the CUPTI injection beside it; appended to $2 as a table.
 overhead() {
   local runs=$1 table=$2
-  local args=(--device cuda --steps 300 --print-every 0)
+  local args=(--device "$device" --steps 300)
   local bare linked injected
   bare=$(ms_per_step target/release/train "${args[@]}")
   linked=$(ms_per_step target/release/perfkit profile --no-inject --out "$runs/overhead-linked" \
@@ -187,13 +189,13 @@ run() {
   local name args
   for name in tuned readback-every-step sync-every-step cpu-then-copy alloc-every-step \
     per-sample-upload pageable; do
-    args=(--device cuda --steps 50 --print-every 0)
+    args=(--device "$device" --steps 50)
     [ "$name" = tuned ] || args+=("--$name")
     step "profile $name" target/release/perfkit profile --out "$runs/$name" -- \
       target/release/train "${args[@]}"
   done
   step "profile readback+pageable" target/release/perfkit profile --out "$runs/readback-pageable" \
-    -- target/release/train --device cuda --steps 100 --readback-every-step --pageable
+    -- target/release/train --device "$device" --steps 100 --readback-every-step --pageable
   step "check anti vs tuned fails" check_exits 1 --baseline "$runs/tuned" \
     --candidate "$runs/readback-pageable"
   step "check tuned vs itself passes" check_exits 0 --baseline "$runs/tuned" \
@@ -229,7 +231,7 @@ run)
   run "$@"
   ;;
 *)
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   exit 2
   ;;
 esac
