@@ -239,6 +239,24 @@ fn is_transfer_method(name: &str) -> bool {
     )
 }
 
+/// A type that is, refers to or holds cudarc's `PinnedHostSlice` (a reference, an array, a slice,
+/// a `Vec` or `Box` of them).
+fn names_pinned_type(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Reference(r) => names_pinned_type(&r.elem),
+        syn::Type::Array(a) => names_pinned_type(&a.elem),
+        syn::Type::Slice(s) => names_pinned_type(&s.elem),
+        syn::Type::Paren(p) => names_pinned_type(&p.elem),
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| {
+            s.ident == "PinnedHostSlice"
+                || ((s.ident == "Vec" || s.ident == "Box")
+                    && matches!(&s.arguments, syn::PathArguments::AngleBracketed(a)
+                        if a.args.iter().any(|g| matches!(g, syn::GenericArgument::Type(t) if names_pinned_type(t)))))
+        }),
+        _ => false,
+    }
+}
+
 /// `alloc_pinned(..)` / `.pin_memory(..)` anywhere in a `let` initializer's call chain.
 fn makes_pinned_buffer(expr: &Expr) -> bool {
     match expr {
@@ -318,6 +336,15 @@ impl<'a> Collector<'a> {
                 .push(join(start, block.brace_token.span.close()));
         }
         let idx = self.facts.fns.len();
+        // Parameters typed as pinned buffers (`&PinnedHostSlice<T>`, `&mut [PinnedHostSlice<T>; 2]`).
+        let pinned_bindings = sig
+            .inputs
+            .iter()
+            .filter_map(|input| match input {
+                syn::FnArg::Typed(t) if names_pinned_type(&t.ty) => pat_ident(&t.pat),
+                _ => None,
+            })
+            .collect();
         self.facts.fns.push(FnFact {
             name: &sig.ident,
             self_ty: self.self_ty.last().cloned().flatten(),
@@ -326,7 +353,7 @@ impl<'a> Collector<'a> {
             is_test: is_test || self.test_depth > 0,
             parent: self.current_fn(),
             device: Default::default(),
-            pinned_bindings: Vec::new(),
+            pinned_bindings,
         });
         self.test_depth += usize::from(is_test);
         let loops = std::mem::take(&mut self.loop_stack);
@@ -540,8 +567,12 @@ impl<'a> Visit<'a> for Collector<'a> {
     }
 
     fn visit_local(&mut self, local: &'a syn::Local) {
-        if let Some(init) = &local.init
-            && makes_pinned_buffer(&init.expr)
+        let typed_pinned = matches!(&local.pat, syn::Pat::Type(t) if names_pinned_type(&t.ty));
+        if (typed_pinned
+            || local
+                .init
+                .as_ref()
+                .is_some_and(|i| makes_pinned_buffer(&i.expr)))
             && let Some(f) = self.current_fn()
             && let Some(name) = pat_ident(&local.pat)
         {

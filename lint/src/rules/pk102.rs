@@ -16,6 +16,11 @@ crate::declare_rule! {
     /// anyway, and timing code should use CUDA events instead. Syncs that run only every N steps
     /// (`if step % N == 0`) or once per epoch are reported as notes.
     ///
+    /// A cudarc event waited on before the same function records it again (`slot_free.synchronize()`
+    /// ... `slot_free.record(&stream)`) is not flagged: it waits for work queued in an earlier
+    /// iteration, the way a double-buffered upload waits for the copy that last read its buffer, and
+    /// blocks only when the host runs that far ahead of the GPU.
+    ///
     /// ## Example
     /// ```rust,ignore
     /// for batch in batches {
@@ -51,6 +56,10 @@ impl Rule for SyncInStepLoop {
             let Some(what) = sync_call(cx, file, call) else {
                 continue;
             };
+            // Waiting for an earlier iteration's event is flow control, not a drain.
+            if waits_for_an_earlier_iteration(cx, file, call) {
+                continue;
+            }
             // Not in (or called from) a step loop: a final synchronize is what it is for. A CPU device has
             // nothing to wait for.
             let Some(hit) = cx.device_step_loop(file, call) else {
@@ -92,4 +101,32 @@ fn sync_call(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option
         return None;
     }
     Some(call.shown())
+}
+
+/// Whether `call` is `event.synchronize()` in a cudarc file whose function records the same
+/// `event` again after it: the wait is for the previous recording, made an iteration earlier.
+fn waits_for_an_earlier_iteration(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    call: &CallFact<'_>,
+) -> bool {
+    if !cx.uses(file, Framework::Cudarc) || !call.call.is_method() {
+        return false;
+    }
+    let (Some(event), Some(function)) = (call.call.receiver(), call.fn_idx) else {
+        return false;
+    };
+    let position = |c: &CallFact<'_>| {
+        let at = c.call.name_span().start();
+        (at.line, at.column)
+    };
+    let waited_at = position(call);
+    cx.calls().any(|(f, other)| {
+        f == file
+            && other.fn_idx == Some(function)
+            && other.is("record")
+            && other.call.is_method()
+            && other.call.receiver() == Some(event)
+            && position(other) > waited_at
+    })
 }
