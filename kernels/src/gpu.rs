@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, GemmConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    LaunchConfig, PinnedHostSlice,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaView, CudaViewMut, DevicePtr,
+    DevicePtrMut, LaunchConfig, PinnedHostSlice,
 };
 use perfkit_profiler::cuda::{CudaError, ProfiledStream};
 
@@ -486,10 +486,15 @@ pub struct DeviceBatch {
 }
 
 /// Page-locked host buffers batches are staged through before their upload.
+///
+/// Each slot has its own event, recorded on the stream after the slot's uploads: the host
+/// waits on it before writing the slot again. (cudarc's own per-buffer events are recorded
+/// only when a context runs several streams; the trainer runs one.)
 #[derive(Debug)]
 pub struct PinnedStaging {
     x: [PinnedHostSlice<f32>; 2],
     labels: [PinnedHostSlice<i32>; 2],
+    read: [CudaEvent; 2],
     next: usize,
 }
 
@@ -507,9 +512,12 @@ impl PinnedStaging {
             // SAFETY: as above.
             unsafe { ctx.alloc_pinned::<i32>(rows) }.map_err(driver("cuMemHostAlloc"))
         };
+        // Without timing: these only order the host after the copies.
+        let event = || ctx.new_event(None).map_err(driver("cuEventCreate"));
         Ok(Self {
             x: [pinned_f32()?, pinned_f32()?],
             labels: [pinned_i32()?, pinned_i32()?],
+            read: [event()?, event()?],
             next: 0,
         })
     }
@@ -649,7 +657,11 @@ impl GpuMlp {
         self.staging.next = (slot + 1) % 2;
         let pinned_x = &mut self.staging.x[slot];
         let pinned_labels = &mut self.staging.labels[slot];
-        // Waits only for the upload that last read this slot, two batches ago.
+        // Waits only for the uploads that last read this slot, two batches ago (an event
+        // never recorded yet is complete).
+        self.staging.read[slot]
+            .synchronize()
+            .map_err(driver("cuEventSynchronize"))?;
         pinned_x
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?
@@ -661,6 +673,9 @@ impl GpuMlp {
         self.stream.memcpy_htod(pinned_x, &mut self.batch.x)?;
         self.stream
             .memcpy_htod(pinned_labels, &mut self.batch.labels)?;
+        self.staging.read[slot]
+            .record(self.stream.stream())
+            .map_err(driver("cuEventRecord"))?;
         Ok(())
     }
 
