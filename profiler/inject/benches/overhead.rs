@@ -67,6 +67,8 @@ fn main() {
                         host_end: t0,
                         stack,
                         outer: None,
+                        inner: None,
+                        repeats: false,
                     };
                     joiner.lock().unwrap().call_enter(corr, info);
                 }

@@ -21,9 +21,12 @@ pub enum Domain {
 pub enum Watch {
     /// A copy, memset, synchronization, allocation or free (host call stack captured by default).
     Work,
-    /// A kernel or graph launch: the most frequent calls, so their host call stack is captured
-    /// only when asked for (`PERFKIT_INJECT_STACKS=all`).
+    /// A kernel launch: the most frequent calls, so their host call stack is captured only
+    /// when asked for (`PERFKIT_INJECT_STACKS=all`).
     Launch,
+    /// A CUDA graph launch: like [`Watch::Launch`], and every node of the replay (kernels,
+    /// copies, memsets) carries this one call's correlation id.
+    GraphLaunch,
     /// `cuProfilerStop`: flush the records gathered so far.
     ProfilerStop,
 }
@@ -39,7 +42,10 @@ pub fn classify(domain: Domain, name: &str) -> Option<Watch> {
             if name.starts_with("cuMemAllocHost") || name.starts_with("cuMemFreeHost") {
                 return None;
             }
-            if name.starts_with("cuLaunch") || name.starts_with("cuGraphLaunch") {
+            if name.starts_with("cuGraphLaunch") {
+                return Some(Watch::GraphLaunch);
+            }
+            if name.starts_with("cuLaunch") {
                 return Some(Watch::Launch);
             }
             const PREFIXES: &[&str] = &[
@@ -60,7 +66,10 @@ pub fn classify(domain: Domain, name: &str) -> Option<Watch> {
             if name.starts_with("cudaMallocHost") || name.starts_with("cudaFreeHost") {
                 return None;
             }
-            if name.starts_with("cudaLaunch") || name.starts_with("cudaGraphLaunch") {
+            if name.starts_with("cudaGraphLaunch") {
+                return Some(Watch::GraphLaunch);
+            }
+            if name.starts_with("cudaLaunch") {
                 return Some(Watch::Launch);
             }
             const PREFIXES: &[&str] = &[
@@ -119,17 +128,20 @@ mod tests {
             "cuLaunchKernel",
             "cuLaunchKernelEx",
             "cuLaunchCooperativeKernel",
-            "cuGraphLaunch",
         ] {
             assert_eq!(classify(Domain::Driver, n), Some(Watch::Launch), "{n}");
         }
-        for n in [
-            "cudaLaunchKernel_v7000",
-            "cudaLaunchKernelExC_v11060",
-            "cudaGraphLaunch_v10000",
-        ] {
+        for n in ["cudaLaunchKernel_v7000", "cudaLaunchKernelExC_v11060"] {
             assert_eq!(classify(Domain::Runtime, n), Some(Watch::Launch), "{n}");
         }
+        assert_eq!(
+            classify(Domain::Driver, "cuGraphLaunch"),
+            Some(Watch::GraphLaunch)
+        );
+        assert_eq!(
+            classify(Domain::Runtime, "cudaGraphLaunch_v10000"),
+            Some(Watch::GraphLaunch)
+        );
     }
 
     #[test]

@@ -41,6 +41,8 @@ static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
 static STATE: OnceLock<State> = OnceLock::new();
 static GUARD: Mutex<Option<perfkit_profiler::Guard>> = Mutex::new(None);
+/// Activity kinds enabled so far, to switch off again if the start fails half-way.
+static ENABLED_KINDS: Mutex<Vec<sys::CUpti_ActivityKind>> = Mutex::new(Vec::new());
 
 #[derive(Default)]
 struct Counters {
@@ -76,7 +78,7 @@ impl State {
         };
         matches!(
             table.get(api.cbid as usize),
-            Some(Some(Watch::Work | Watch::Launch))
+            Some(Some(Watch::Work | Watch::Launch | Watch::GraphLaunch))
         )
     }
 }
@@ -371,6 +373,10 @@ fn start() -> Result<String, String> {
         check(&format!("cuptiActivityEnable({k:?})"), unsafe {
             sys::cuptiActivityEnable(k)
         })?;
+        ENABLED_KINDS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(k);
     }
 
     std::thread::Builder::new()
@@ -428,8 +434,18 @@ fn program_name() -> String {
         .unwrap_or_else(|| "process".into())
 }
 
-/// Lets go of CUPTI (after a failed start) and finishes the trace if one was started.
+/// Lets go of CUPTI (after a failed start): switches off the activity kinds already enabled,
+/// hands back what CUPTI recorded meanwhile, unsubscribes, and finishes the trace if one was
+/// started, so that the program runs on as if perfkit were not there.
 fn abandon() {
+    let kinds = std::mem::take(&mut *ENABLED_KINDS.lock().unwrap_or_else(|e| e.into_inner()));
+    for &k in &kinds {
+        // SAFETY: plain disable call for a kind enabled by this library.
+        let _ = unsafe { sys::cuptiActivityDisable(k) };
+    }
+    if !kinds.is_empty() {
+        flush_cupti(true);
+    }
     let subscriber = SUBSCRIBER.swap(0, Ordering::SeqCst);
     if subscriber != 0 {
         // SAFETY: a handle returned by cuptiSubscribe, unsubscribed once.
@@ -588,7 +604,7 @@ unsafe extern "C" fn api_callback(
                     cv.notify_all();
                 }
             }
-            Watch::Work | Watch::Launch => {
+            Watch::Work | Watch::Launch | Watch::GraphLaunch => {
                 if enter {
                     on_enter(state, dom, correlation, *watch);
                 } else {
@@ -624,6 +640,8 @@ fn on_enter(state: &State, dom: Domain, correlation: u32, watch: Watch) {
         host_end: host_start,
         stack,
         outer: (dom == Domain::Driver && outer != 0).then_some(outer),
+        inner: None,
+        repeats: watch == Watch::GraphLaunch,
     };
     state
         .joiner

@@ -27,6 +27,11 @@ pub struct CallInfo {
     pub stack: Option<u64>,
     /// Correlation id of the enclosing runtime call, for a driver call made inside one.
     pub outer: Option<u32>,
+    /// Correlation id of the driver call made inside this runtime call, when it has its own.
+    pub inner: Option<u32>,
+    /// Several operations carry this call's correlation id (a CUDA graph launch: every node
+    /// of the replay), so the call stays in the table after the first one.
+    pub repeats: bool,
 }
 
 /// Maps CUPTI timestamps to the trace clock: `trace = cupti + offset`.
@@ -133,6 +138,9 @@ pub struct Joiner {
     /// Calls known only from API activity records (no callback), kept apart so a callback's
     /// information always wins.
     api_only: HashMap<u32, CallInfo>,
+    /// Device of each CUDA context, learnt from the records that carry both (synchronization
+    /// records carry only the context).
+    context_devices: HashMap<u32, u32>,
 }
 
 impl Joiner {
@@ -141,8 +149,19 @@ impl Joiner {
         Joiner::default()
     }
 
-    /// Records a call seen by the callbacks at its entry.
+    /// Records a call seen by the callbacks at its entry. A driver call made inside a runtime
+    /// call is linked to it: whichever of the two ids the activity record carries, the
+    /// operation gets the runtime call's thread, host times and stack, and both entries go.
     pub fn call_enter(&mut self, correlation: u32, info: CallInfo) {
+        if let Some(outer) = info.outer {
+            if outer == correlation {
+                // Both calls share one id: the runtime call's entry stands for both.
+                return;
+            }
+            if let Some(o) = self.calls.get_mut(&outer) {
+                o.inner = Some(correlation);
+            }
+        }
         self.calls.insert(correlation, info);
         if self.calls.len() > CALL_WINDOW {
             self.calls.pop_first();
@@ -181,6 +200,8 @@ impl Joiner {
                 host_end: e.max(s),
                 stack: None,
                 outer: None,
+                inner: None,
+                repeats: false,
             },
         );
         if self.api_only.len() > CALL_WINDOW {
@@ -188,31 +209,56 @@ impl Joiner {
         }
     }
 
+    /// A call of the callback table, removed unless more operations will carry its id.
+    fn use_call(&mut self, correlation: u32) -> Option<CallInfo> {
+        let c = *self.calls.get(&correlation)?;
+        if !c.repeats {
+            self.calls.remove(&correlation);
+        }
+        Some(c)
+    }
+
     /// The call for a correlation id, resolved to its outermost call (the runtime call a
-    /// driver call was made in). Removes the entry: each correlation id issues one operation.
+    /// driver call was made in). Removes the entry and the one linked to it (the driver call
+    /// inside a runtime call, or the runtime call around a driver call): a correlation id
+    /// issues one operation, except a graph launch's.
     fn take_call(&mut self, correlation: u32) -> Option<CallInfo> {
         if correlation == 0 {
             return None;
         }
         let c = self
-            .calls
-            .remove(&correlation)
+            .use_call(correlation)
             .or_else(|| self.api_only.remove(&correlation))?;
-        let outer = c.outer.and_then(|o| self.calls.get(&o).copied());
-        Some(match outer {
-            Some(o) => CallInfo {
-                thread: o.thread.or(c.thread),
-                host_start: o.host_start,
-                host_end: o.host_end,
-                stack: o.stack.or(c.stack),
-                outer: None,
-            },
-            None => c,
-        })
+        if let Some(outer) = c.outer {
+            if let Some(o) = self.use_call(outer) {
+                return Some(CallInfo {
+                    thread: o.thread.or(c.thread),
+                    host_start: o.host_start,
+                    host_end: o.host_end,
+                    stack: o.stack.or(c.stack),
+                    outer: None,
+                    inner: None,
+                    repeats: o.repeats || c.repeats,
+                });
+            }
+        } else if let Some(inner) = c.inner {
+            self.use_call(inner);
+        }
+        Some(c)
     }
 
     /// Converts one record (an API record only updates the table).
     pub fn convert(&mut self, a: &Activity, clock: &Clock) -> Result<Op, Skip> {
+        let (context, device) = match a {
+            Activity::Memcpy(m) => (m.context, m.device),
+            Activity::Kernel(k) => (k.context, k.device),
+            Activity::Memset(m) => (m.context, m.device),
+            Activity::Memory(m) => (m.context, m.device),
+            _ => (0, 0),
+        };
+        if context != 0 {
+            self.context_devices.insert(context, device);
+        }
         match a {
             Activity::Api(r) => {
                 self.api_record(r, clock);
@@ -301,7 +347,8 @@ impl Joiner {
                 Ok(Op {
                     kind: GpuOpKind::Synchronize,
                     thread: call.and_then(|c| c.thread),
-                    device: 0,
+                    // The context's device when a record named it; else the first device.
+                    device: self.context_devices.get(&s.context).copied().unwrap_or(0),
                     stream: (s.sync_kind == SyncKind::Stream).then_some(u64::from(s.stream)),
                     bytes: 0,
                     host_memory: None,
@@ -411,6 +458,8 @@ mod tests {
             host_end: end,
             stack: Some(stack),
             outer: None,
+            inner: None,
+            repeats: false,
         }
     }
 
@@ -471,6 +520,8 @@ mod tests {
                 host_end: 110,
                 stack: None,
                 outer: Some(10),
+                inner: None,
+                repeats: false,
             },
         );
         j.call_exit(11, 150);
@@ -491,6 +542,88 @@ mod tests {
         assert_eq!(op.host_memory, Some(HostMemory::Pinned));
         assert_eq!((op.host_start, op.host_end), (100, 160), "outermost call");
         assert_eq!(op.stack, Some(1));
+        assert!(j.is_empty(), "both calls are consumed");
+    }
+
+    fn driver_inside(outer: u32, at: u64) -> CallInfo {
+        CallInfo {
+            thread: Some(2),
+            host_start: at,
+            host_end: at,
+            stack: None,
+            outer: Some(outer),
+            inner: None,
+            repeats: false,
+        }
+    }
+
+    fn kernel(correlation: u32) -> Activity {
+        Activity::Kernel(KernelRecord {
+            name: Some("k".into()),
+            start: 5_000,
+            end: 6_000,
+            device: 0,
+            context: 1,
+            stream: 3,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            static_shared_memory: 0,
+            dynamic_shared_memory: 0,
+            correlation,
+        })
+    }
+
+    #[test]
+    fn a_record_with_the_runtime_id_consumes_the_driver_call_inside_it_too() {
+        let mut j = Joiner::new();
+        j.call_enter(20, call(2, 100, 100, 5));
+        j.call_enter(21, driver_inside(20, 105));
+        j.call_exit(21, 120);
+        j.call_exit(20, 130);
+        let op = j.convert(&kernel(20), &Clock::from_pair(0, 0)).unwrap();
+        assert!(op.joined);
+        assert_eq!((op.host_start, op.host_end, op.stack), (100, 130, Some(5)));
+        assert!(j.is_empty(), "no driver entry is left behind");
+    }
+
+    #[test]
+    fn a_driver_call_sharing_the_runtime_calls_id_keeps_the_runtime_entry() {
+        let mut j = Joiner::new();
+        j.call_enter(30, call(2, 100, 100, 6));
+        j.call_enter(30, driver_inside(30, 105));
+        j.call_exit(30, 120);
+        j.call_exit(30, 140);
+        let op = j.convert(&kernel(30), &Clock::from_pair(0, 0)).unwrap();
+        assert_eq!(
+            (op.host_start, op.host_end, op.stack),
+            (100, 140, Some(6)),
+            "the runtime call's start and stack survive"
+        );
+        assert!(j.is_empty());
+    }
+
+    #[test]
+    fn every_node_of_a_graph_replay_joins_its_launch() {
+        let mut j = Joiner::new();
+        j.call_enter(
+            50,
+            CallInfo {
+                repeats: true,
+                ..call(4, 300, 300, 8)
+            },
+        );
+        j.call_exit(50, 310);
+        let clock = Clock::from_pair(0, 0);
+        for _ in 0..3 {
+            let op = j.convert(&kernel(50), &clock).unwrap();
+            assert!(op.joined);
+            assert_eq!((op.thread, op.host_start, op.host_end), (Some(4), 300, 310));
+        }
+        assert_eq!(j.len(), 1, "the launch stays for the next nodes");
+        // A later ordinary call is still consumed by its one operation.
+        j.call_enter(51, call(4, 400, 400, 9));
+        j.convert(&kernel(51), &clock).unwrap();
+        assert_eq!(j.len(), 1);
     }
 
     #[test]
@@ -552,6 +685,22 @@ mod tests {
         assert_eq!(op.kind, GpuOpKind::Synchronize);
         assert_eq!(op.host_end - op.host_start, 8_000);
         assert_eq!(op.stream, Some(14));
+        assert_eq!(op.device, 0, "context 1's device is not known yet");
+        // A copy names context 1's device (the test copies run on device 1); later syncs in
+        // that context are on it.
+        j.convert(
+            &memcpy(CopyKind::DtoD, MemoryKind::Device, MemoryKind::Device, 0, 0),
+            &clock,
+        )
+        .unwrap();
+        let again = Activity::Sync(SyncRecord {
+            correlation: 0,
+            ..match &s {
+                Activity::Sync(r) => r.clone(),
+                _ => unreachable!(),
+            }
+        });
+        assert_eq!(j.convert(&again, &clock).unwrap().device, 1);
 
         let wait = Activity::Sync(SyncRecord {
             sync_kind: SyncKind::StreamWaitEvent,

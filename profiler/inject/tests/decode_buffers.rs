@@ -397,6 +397,8 @@ fn a_decoded_step_becomes_trace_operations() {
         host_end: t + 500,
         stack: Some(stack),
         outer: None,
+        inner: None,
+        repeats: false,
     };
     for (corr, t, s) in [(10, 100, 1), (20, 200, 2), (30, 300, 3), (40, 400, 4)] {
         j.call_enter(corr, call(t, s));

@@ -111,6 +111,16 @@ fn child(scenario: &str) {
         // SAFETY: plain C function.
         unsafe { fake.get::<unsafe extern "C" fn()>(b"fake_hold\0").unwrap()() };
     }
+    if scenario == "half-start" {
+        // The synchronization kind cannot be enabled: the start fails after others were.
+        // SAFETY: plain C function.
+        unsafe {
+            fake.get::<unsafe extern "C" fn(i32)>(b"fake_fail_kind\0")
+                .unwrap()(
+                sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION as i32
+            )
+        };
+    }
     // SAFETY: loading the injection library.
     let lib =
         unsafe { libloading::Library::new(std::env::var_os("PERFKIT_INJECT_TEST_LIB").unwrap()) }
@@ -122,6 +132,19 @@ fn child(scenario: &str) {
     };
     println!("initialize returned {rc}");
     if scenario == "clash" {
+        return;
+    }
+    if scenario == "half-start" {
+        // SAFETY: plain C functions of the stand-in.
+        let (any_kind, subscribed) = unsafe {
+            (
+                fake.get::<unsafe extern "C" fn() -> i32>(b"fake_any_kind_enabled\0")
+                    .unwrap()(),
+                fake.get::<unsafe extern "C" fn() -> i32>(b"fake_subscribed\0")
+                    .unwrap()(),
+            )
+        };
+        println!("after a failed start: kinds enabled {any_kind}, subscribed {subscribed}");
         return;
     }
     // SAFETY: the stand-in's functions, with these C signatures.
@@ -433,4 +456,24 @@ fn another_cupti_client_is_reported_and_nothing_is_written() {
         "{stderr}"
     );
     assert!(!t.path().join("trace").exists());
+}
+
+#[test]
+fn a_start_that_fails_half_way_leaves_cupti_as_it_found_it() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    let (stdout, stderr, _t) = run_child(
+        "half-start",
+        "a_start_that_fails_half_way_leaves_cupti_as_it_found_it",
+    );
+    assert!(stdout.contains("initialize returned 1"), "{stdout}");
+    assert!(
+        stderr.contains("not recording: cuptiActivityEnable"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("after a failed start: kinds enabled 0, subscribed 0"),
+        "{stdout}"
+    );
 }

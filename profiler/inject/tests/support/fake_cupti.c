@@ -78,11 +78,29 @@ CUptiResult cuptiActivityRegisterCallbacks(BufferRequested requested, BufferComp
     return SUCCESS;
 }
 
+static int g_fail_kind = -1;
+/* Makes cuptiActivityEnable fail for `kind` (-1: never), to test a start that fails half-way. */
+void fake_fail_kind(int kind) { g_fail_kind = kind; }
+
 CUptiResult cuptiActivityEnable(int kind) {
-    if (kind < 0 || kind >= 64) return INVALID_PARAMETER;
+    if (kind < 0 || kind >= 64 || kind == g_fail_kind) return INVALID_PARAMETER;
     g_kinds[kind] = 1;
     return SUCCESS;
 }
+
+CUptiResult cuptiActivityDisable(int kind) {
+    if (kind < 0 || kind >= 64) return INVALID_PARAMETER;
+    g_kinds[kind] = 0;
+    return SUCCESS;
+}
+
+/* Whether any activity kind is enabled, and whether a callback subscriber is registered. */
+int fake_any_kind_enabled(void) {
+    for (int k = 0; k < 64; k++)
+        if (g_kinds[k]) return 1;
+    return 0;
+}
+int fake_subscribed(void) { return g_subscribed; }
 
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     if (flag != 0) __atomic_add_fetch(&g_forced_flushes, 1, __ATOMIC_SEQ_CST);
