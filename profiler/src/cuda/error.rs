@@ -25,6 +25,14 @@ pub enum CudaError {
         /// The minimum (e.g. 12080 for 12.8).
         required: i32,
     },
+    /// A CUDA library the work needs (`libcublas`) could not be loaded.
+    #[error(
+        "{library} not found: install the CUDA {library} library (for CUDA 13) or put it on LD_LIBRARY_PATH"
+    )]
+    NoLibrary {
+        /// The library, e.g. `cuBLAS`.
+        library: &'static str,
+    },
     /// The driver is there but the requested device is not.
     #[error("no CUDA device {requested}: {available} device(s) visible")]
     NoDevice {
@@ -65,13 +73,16 @@ pub enum CudaError {
 
 impl CudaError {
     /// Whether this error means "there is no usable GPU here" (no driver, a driver too
-    /// old, or no device),
-    /// as opposed to a failure of a GPU that exists.
+    /// old, no device, or a CUDA library missing), as opposed to a failure of a GPU that
+    /// exists.
     #[must_use]
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            CudaError::NoDriver | CudaError::NoDevice { .. } | CudaError::DriverTooOld { .. }
+            CudaError::NoDriver
+                | CudaError::NoDevice { .. }
+                | CudaError::DriverTooOld { .. }
+                | CudaError::NoLibrary { .. }
         )
     }
 }

@@ -29,6 +29,10 @@ const ANCHOR_WAIT_NS: Nanos = 2_000_000;
 /// had none (recording started after the stream was created): if the stream is busy,
 /// give up quickly and try again at the next synchronize.
 const ANCHOR_WAIT_BUSY_NS: Nanos = 50_000;
+/// Reference events tried at most, each time the recorder anchors.
+const ANCHOR_TRIES: usize = 3;
+/// An observation window this narrow is kept at once.
+const ANCHOR_GOOD_WINDOW_NS: Nanos = 20_000;
 
 /// A host-clock reference is refreshed after a synchronize once it is this old, so
 /// the drift between the GPU and host clocks never accumulates over a long run.
@@ -199,8 +203,13 @@ impl ProfiledStream {
     /// A cuBLAS handle bound to this stream, for [`ProfiledStream::gemm`].
     ///
     /// # Errors
-    /// [`CudaError::Blas`] when cuBLAS cannot be loaded or initialised.
+    /// [`CudaError::NoLibrary`] when `libcublas` cannot be loaded (cudarc would panic),
+    /// [`CudaError::Blas`] when it cannot be initialised.
     pub fn new_blas(&self) -> Result<CudaBlas, CudaError> {
+        // SAFETY: only tries to load the library by its usual names.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(CudaError::NoLibrary { library: "cuBLAS" });
+        }
         CudaBlas::new(self.stream.clone()).map_err(|source| CudaError::Blas {
             op: "cublasCreate",
             source,
@@ -237,17 +246,30 @@ impl ProfiledStream {
             return;
         }
         st.device_announced = true;
-        if let Ok(info) = super::probe::describe(self.stream.context()) {
-            rec.device(&info);
+        match super::probe::describe(self.stream.context()) {
+            Ok(info) => rec.device(&info),
+            Err(CudaError::Driver { source, .. }) => self.hand_back(source),
+            Err(_) => {}
         }
         self.sample_memory(rec, st);
     }
 
     fn sample_memory(&self, rec: &Recorder, st: &mut State) {
-        if let Ok((free, total)) = self.stream.context().mem_get_info() {
-            rec.device_memory(self.device, total.saturating_sub(free) as u64, total as u64);
-            st.last_memory_sample = Some(rec.now());
+        match self.stream.context().mem_get_info() {
+            Ok((free, total)) => {
+                rec.device_memory(self.device, total.saturating_sub(free) as u64, total as u64);
+                st.last_memory_sample = Some(rec.now());
+            }
+            Err(e) => self.hand_back(e),
         }
+    }
+
+    /// Hands a driver error of a best-effort call back to cudarc. cudarc keeps errors that
+    /// happen where it cannot return them (freeing a buffer on drop) and returns them from
+    /// the next call that binds the context, which may be one of the recorder's own: given
+    /// back, the program's next CUDA call reports it, as it would without the recorder.
+    fn hand_back(&self, error: cudarc::driver::DriverError) {
+        self.stream.context().record_err::<()>(Err(error));
     }
 
     /// Records a reference event and polls it until complete (the stream is expected
@@ -255,9 +277,44 @@ impl ProfiledStream {
     /// observation window. Gives up after `max_wait`, leaving the previous
     /// reference in place.
     fn anchor(&self, rec: &Recorder, st: &mut State, max_wait: Nanos) -> Result<(), CudaError> {
+        // The host time is known to within the observation window. A wide one (the first
+        // event of a context, a preempted thread) is tried again, and the narrowest kept.
+        let mut best: Option<(CudaEvent, Nanos, Nanos)> = None;
+        for _ in 0..ANCHOR_TRIES {
+            let Some((event, host_ns, window)) = self.observe_anchor(rec, st, max_wait)? else {
+                break;
+            };
+            match &best {
+                Some((_, _, w)) if *w <= window => st.timeline.put_back(event),
+                _ => {
+                    if let Some((old, ..)) = best.replace((event, host_ns, window)) {
+                        st.timeline.put_back(old);
+                    }
+                }
+            }
+            if best.as_ref().is_some_and(|b| b.2 <= ANCHOR_GOOD_WINDOW_NS) {
+                break;
+            }
+        }
+        if let Some((event, host_ns, _)) = best {
+            st.timeline.set_anchor(event, host_ns);
+            st.anchored_at = Some(host_ns);
+        }
+        Ok(())
+    }
+
+    /// Records one reference event and polls it until complete: the event, its host time
+    /// and the width of the window it was observed in; `None` when it did not complete
+    /// within `max_wait` or no event was free.
+    fn observe_anchor(
+        &self,
+        rec: &Recorder,
+        st: &mut State,
+        max_wait: Nanos,
+    ) -> Result<Option<(CudaEvent, Nanos, Nanos)>, CudaError> {
         let events = self.events();
         let Some(event) = st.timeline.take_event(&events)? else {
-            return Ok(());
+            return Ok(None);
         };
         let before = rec.now();
         if let Err(e) = events.record(&event) {
@@ -270,7 +327,7 @@ impl ProfiledStream {
                 Ok(false) if rec.now().saturating_sub(before) < max_wait => std::hint::spin_loop(),
                 Ok(false) => {
                     st.timeline.put_back(event);
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(e) => {
                     st.timeline.put_back(event);
@@ -278,10 +335,8 @@ impl ProfiledStream {
                 }
             }
         }
-        let (host_ns, _uncertainty) = anchor_time(before, rec.now());
-        st.timeline.set_anchor(event, host_ns);
-        st.anchored_at = Some(host_ns);
-        Ok(())
+        let (host_ns, window) = anchor_time(before, rec.now());
+        Ok(Some((event, host_ns, window)))
     }
 
     /// Resolves finished operations and writes them to the trace.
@@ -358,8 +413,13 @@ impl ProfiledStream {
             // stream is busy the next synchronize anchors it, and until then
             // operations are recorded without GPU times.
             st.anchor_tried = true;
-            // A failure here only leaves the operation untimed; the operation still runs.
-            let _ = self.anchor(&rec, &mut st, ANCHOR_WAIT_BUSY_NS);
+            // A failure here only leaves the operation untimed; the operation still runs,
+            // and reports the error if it was the driver's.
+            if let Err(CudaError::Driver { source, .. }) =
+                self.anchor(&rec, &mut st, ANCHOR_WAIT_BUSY_NS)
+            {
+                self.hand_back(source);
+            }
         }
         meta.kernel = match kernel {
             KernelSpec::None => None,

@@ -205,10 +205,14 @@ impl<E, P> Timeline<E, P> {
                 self.free.push(p.end);
                 continue;
             };
+            // The start from the anchor; the duration between the operation's own two events,
+            // so that it keeps the events' resolution however long ago the anchor was (the
+            // f32 milliseconds lose about 8 us of precision 100 s after it).
             let start_ms = backend.elapsed_ms(&anchor.event, &p.start)?;
-            let end_ms = backend.elapsed_ms(&anchor.event, &p.end)?;
+            let duration_ms = backend.elapsed_ms(&p.start, &p.end)?;
+            let end_ms = start_ms + duration_ms;
             let gpu_start = align(anchor.host_ns, start_ms);
-            let gpu_end = align(anchor.host_ns, end_ms).max(gpu_start);
+            let gpu_end = align(gpu_start, duration_ms.max(0.0));
             resolved.push(Resolved {
                 payload: p.payload,
                 gpu_start,
@@ -397,6 +401,22 @@ mod tests {
             }
         );
         assert_eq!(t.pending(), 0);
+    }
+
+    #[test]
+    fn a_short_operation_long_after_the_anchor_keeps_its_duration() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 16, 0);
+        let mut out = Vec::new();
+        let b = t.begin(&gpu, &mut out).unwrap().unwrap();
+        t.end(&gpu, 1, b).unwrap();
+        // 200 s after the anchor, 3 us long: at 200,000 ms an f32 only resolves 15.6 us.
+        gpu.run(1, 200_000.0, 0.0);
+        gpu.run(1, 200_000.003, 0.0);
+        t.poll(&gpu, &mut out).unwrap();
+        let r = &out[0];
+        assert_eq!(r.gpu_end - r.gpu_start, 3_000, "{r:?}");
+        assert!(r.gpu_start.abs_diff(200_000_000_000) < 20_000, "{r:?}");
     }
 
     #[test]
