@@ -24,6 +24,18 @@ pub enum GpuError {
     /// The kernels could not be compiled.
     #[error(transparent)]
     Nvrtc(#[from] NvrtcError),
+    /// The driver is older than the NVRTC that compiled the kernels, so it cannot load
+    /// their PTX.
+    #[error(
+        "the CUDA driver (CUDA {}.{}) cannot load PTX from NVRTC {}: update the NVIDIA driver to one for CUDA {} or newer",
+        driver / 1000, driver % 1000 / 10, nvrtc / 1000, nvrtc / 1000
+    )]
+    PtxTooNew {
+        /// `cuDriverGetVersion`.
+        driver: i32,
+        /// NVRTC's version, as `major * 1000 + minor * 10`.
+        nvrtc: i32,
+    },
     /// A size does not fit the kernels' 32-bit arguments.
     #[error("{what} = {value} is too large for the CUDA kernels (at most {max})")]
     TooLarge {
@@ -43,7 +55,7 @@ impl GpuError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             GpuError::Cuda(e) => e.is_unavailable(),
-            GpuError::Nvrtc(NvrtcError::NotFound) => true,
+            GpuError::Nvrtc(NvrtcError::NotFound) | GpuError::PtxTooNew { .. } => true,
             _ => false,
         }
     }
@@ -94,7 +106,16 @@ impl GpuKernels {
             .map_err(driver("cuDeviceGetAttribute"))?;
         let arch = nvrtc::arch_for(major, minor)?;
         let ptx = nvrtc::compile_mlp(arch)?;
-        let module = ctx.load_module(ptx).map_err(driver("cuModuleLoadData"))?;
+        let module = ctx.load_module(ptx).map_err(|e| {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+                GpuError::PtxTooNew {
+                    driver: perfkit_profiler::cuda::driver_version().unwrap_or(0),
+                    nvrtc: nvrtc::version().unwrap_or(0),
+                }
+            } else {
+                driver("cuModuleLoadData")(e)
+            }
+        })?;
         let f = |name: &str| {
             module
                 .load_function(name)

@@ -60,6 +60,19 @@ pub fn nvrtc_available() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// The loaded NVRTC's version as `major * 1000 + minor * 10` (13000 for 13.0), `None` when
+/// it cannot be loaded or does not answer.
+#[must_use]
+pub fn version() -> Option<i32> {
+    if !nvrtc_available() {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present (checked above); both pointers are valid for writes.
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&raw mut major, &raw mut minor) };
+    (rc == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some(major * 1000 + minor * 10)
+}
+
 /// The `--gpu-architecture` value for a compute capability, e.g. `sm_90` for 9.0
 /// (H100, H200).
 pub fn arch_for(major: i32, minor: i32) -> Result<&'static str, NvrtcError> {

@@ -73,3 +73,16 @@ fn a_compile_error_names_the_line_of_the_source() {
         "log does not name the identifier: {message}"
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(perfkit_nvrtc_test),
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+)]
+fn the_nvrtc_version_is_read_for_the_driver_check() {
+    require_nvrtc();
+    let v = nvrtc::version().expect("nvrtcVersion answers");
+    // The PTX it writes is what a driver must be new enough to load: CUDA 13 here.
+    assert!((13000..14000).contains(&v), "NVRTC {v}");
+    assert_eq!(v % 10, 0, "major * 1000 + minor * 10: {v}");
+}

@@ -44,9 +44,10 @@ __device__ __forceinline__ float pk_unit(unsigned int h) {
 // out[i] = lo + (hi - lo) * U(seed, tag, i)
 extern "C" __global__ void fill_uniform(float* out, unsigned int n, unsigned int seed,
                                         unsigned int tag, float lo, float hi) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    // 64-bit: with n near 2^32 the last block's 32-bit index would wrap to 0.
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float u = pk_unit(pk_mix(seed, tag, (unsigned long long)i));
+    float u = pk_unit(pk_mix(seed, tag, i));
     out[i] = __fadd_rn(lo, __fmul_rn(__fsub_rn(hi, lo), u));
 }
 
@@ -175,7 +176,7 @@ extern "C" __global__ void softmax_xent_bwd(const float* probs, const int* label
 //   g' = g + weight_decay * w;  v = momentum * v + g';  w = w - lr * v
 extern "C" __global__ void sgd_momentum(float* w, float* v, const float* g, unsigned int n,
                                         float lr, float momentum, float weight_decay) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gi = __fadd_rn(g[i], __fmul_rn(weight_decay, w[i]));
     float vi = __fadd_rn(__fmul_rn(momentum, v[i]), gi);
