@@ -751,9 +751,10 @@ unsafe fn process_buffer(state: &State, buffer: *mut u8, valid: usize) {
         return;
     };
     let end = buffer as usize + valid;
-    let mut ops: Vec<Op> = Vec::new();
+    // Decoded first, without the call table's lock: the program's CUDA calls take it in
+    // their callbacks, and must not wait while a whole buffer is decoded.
+    let mut activities: Vec<decode::Activity> = Vec::new();
     {
-        let mut joiner = state.joiner.lock().unwrap_or_else(|e| e.into_inner());
         let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
         loop {
             // SAFETY: buffer/valid as given by CUPTI; record is CUPTI's cursor.
@@ -772,11 +773,7 @@ unsafe fn process_buffer(state: &State, buffer: *mut u8, valid: usize) {
                 // API records only matter for the calls that issue GPU work (the others would
                 // fill the call table with calls no activity ever refers to).
                 Ok(decode::Activity::Api(api)) if !state.watched(&api) => {}
-                Ok(a) => {
-                    if let Ok(op) = joiner.convert(&a, &clock) {
-                        ops.push(op);
-                    }
-                }
+                Ok(a) => activities.push(a),
                 Err(e) => {
                     state.counters.decode_errors.fetch_add(1, Ordering::Relaxed);
                     let mut first = state
@@ -790,6 +787,13 @@ unsafe fn process_buffer(state: &State, buffer: *mut u8, valid: usize) {
             }
         }
     }
+    let ops: Vec<Op> = {
+        let mut joiner = state.joiner.lock().unwrap_or_else(|e| e.into_inner());
+        activities
+            .iter()
+            .filter_map(|a| joiner.convert(a, &clock).ok())
+            .collect()
+    };
     for op in &ops {
         emit(state, op);
     }
