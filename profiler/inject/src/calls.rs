@@ -227,6 +227,8 @@ mod policy_tests {
         assert!(StackPolicy::Transfers.wants(Watch::Work));
         assert!(!StackPolicy::Transfers.wants(Watch::Launch));
         assert!(StackPolicy::All.wants(Watch::Launch));
+        assert!(!StackPolicy::Transfers.wants(Watch::GraphLaunch));
+        assert!(StackPolicy::All.wants(Watch::GraphLaunch));
         assert!(!StackPolicy::Off.wants(Watch::Work));
     }
 }

@@ -165,8 +165,11 @@ fn the_watched_calls_from_the_real_callback_names() {
         if n.starts_with("cuMemcpy") || n.starts_with("cuMemset") {
             assert_eq!(c, Some(Watch::Work), "{n}");
         }
-        if n.starts_with("cuLaunchKernel") || n.starts_with("cuGraphLaunch") {
+        if n.starts_with("cuLaunchKernel") {
             assert_eq!(c, Some(Watch::Launch), "{n}");
+        }
+        if n.starts_with("cuGraphLaunch") {
+            assert_eq!(c, Some(Watch::GraphLaunch), "{n}");
         }
         if n.starts_with("cuMemAllocHost")
             || n.starts_with("cuMemHostAlloc")
@@ -180,8 +183,11 @@ fn the_watched_calls_from_the_real_callback_names() {
         if n.starts_with("cudaMemcpy") || n.starts_with("cudaMemset") {
             assert_eq!(c, Some(Watch::Work), "{n}");
         }
-        if n.starts_with("cudaLaunchKernel") || n.starts_with("cudaGraphLaunch") {
+        if n.starts_with("cudaLaunchKernel") {
             assert_eq!(c, Some(Watch::Launch), "{n}");
+        }
+        if n.starts_with("cudaGraphLaunch") {
+            assert_eq!(c, Some(Watch::GraphLaunch), "{n}");
         }
         if n.starts_with("cudaMallocHost")
             || n.starts_with("cudaHostAlloc")
