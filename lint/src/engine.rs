@@ -246,7 +246,6 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         crate_frameworks = crate_frameworks.union(file.facts.frameworks);
     }
     let cx = CrateContext {
-        root: &job.root,
         files: &files,
         config: &job.config,
         analysis: &analysis,

@@ -143,7 +143,7 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
         .collect();
     ordered.sort_by_key(|fix| fix.edits.iter().map(|edit| (edit.start, edit.end)).min());
     let mut taken: Vec<&Edit> = Vec::new();
-    let mut taken_fixes: Vec<&Fix> = Vec::new();
+    let mut applied = 0;
     let mut seen: Vec<&Fix> = Vec::new();
     let mut skipped = 0;
     for fix in ordered {
@@ -178,7 +178,7 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
             continue;
         }
         taken.extend(fix.edits.iter());
-        taken_fixes.push(fix);
+        applied += 1;
     }
     taken.sort_by_key(|edit| (edit.start, edit.end));
     let mut out = String::with_capacity(text.len());
@@ -191,7 +191,7 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
     out.push_str(&text[cursor..]);
     Ok(FixedText {
         text: out,
-        applied: taken_fixes.len(),
+        applied,
         skipped,
     })
 }

@@ -8,7 +8,8 @@ use syn::{Expr, Token};
 
 use super::device::{DeviceKind, device_of_path};
 use super::frameworks::Framework;
-use super::{CallFact, CallRef, FileFacts, FnFact, LoopFact, LoopKind, SourceFile, with_ident_str};
+use super::patterns::binding_name;
+use super::{CallFact, CallRef, FileFacts, FnFact, LoopFact, SourceFile, with_ident_str};
 
 /// Deepest expression, type or pattern nesting the analysis follows. Deeper files are reported as
 /// errors ("nesting too deep") instead of risking the stack.
@@ -309,14 +310,12 @@ impl<'a> Collector<'a> {
         });
     }
 
-    fn push_loop(&mut self, kind: LoopKind, span: Span) {
+    fn push_loop(&mut self, span: Span) {
         let idx = self.facts.loops.len();
         self.facts.loops.push(LoopFact {
-            kind,
             span,
             fn_idx: self.current_fn(),
             parent: self.loop_stack.last().copied(),
-            in_test: self.test_depth > 0,
         });
         self.loop_stack.push(idx);
     }
@@ -341,7 +340,7 @@ impl<'a> Collector<'a> {
             .inputs
             .iter()
             .filter_map(|input| match input {
-                syn::FnArg::Typed(t) if names_pinned_type(&t.ty) => pat_ident(&t.pat),
+                syn::FnArg::Typed(t) if names_pinned_type(&t.ty) => binding_name(&t.pat),
                 _ => None,
             })
             .collect();
@@ -396,8 +395,6 @@ fn type_name(ty: &syn::Type) -> Option<String> {
 
 impl<'a> Visit<'a> for Collector<'a> {
     fn visit_item_use(&mut self, item: &'a syn::ItemUse) {
-        let mut prefix = Vec::new();
-        flatten_use(&item.tree, &mut prefix, &mut self.facts.imports);
         if let Some(first) = first_use_segment(&item.tree)
             && let Some(framework) = with_ident_str(first, Framework::from_crate_name)
         {
@@ -493,20 +490,20 @@ impl<'a> Visit<'a> for Collector<'a> {
         }
         self.visit_pat(&e.pat);
         self.visit_expr(&e.expr);
-        self.push_loop(LoopKind::For, e.for_token.span);
+        self.push_loop(e.for_token.span);
         self.visit_block(&e.body);
         self.loop_stack.pop();
     }
 
     fn visit_expr_while(&mut self, e: &'a syn::ExprWhile) {
-        self.push_loop(LoopKind::While, e.while_token.span);
+        self.push_loop(e.while_token.span);
         self.visit_expr(&e.cond);
         self.visit_block(&e.body);
         self.loop_stack.pop();
     }
 
     fn visit_expr_loop(&mut self, e: &'a syn::ExprLoop) {
-        self.push_loop(LoopKind::Loop, e.loop_token.span);
+        self.push_loop(e.loop_token.span);
         self.visit_block(&e.body);
         self.loop_stack.pop();
     }
@@ -537,7 +534,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         for arg in &e.args {
             match arg {
                 Expr::Closure(closure) if is_loop => {
-                    self.push_loop(LoopKind::Closure, e.method.span());
+                    self.push_loop(e.method.span());
                     self.visit_expr_closure(closure);
                     self.loop_stack.pop();
                 }
@@ -574,7 +571,7 @@ impl<'a> Visit<'a> for Collector<'a> {
                 .as_ref()
                 .is_some_and(|i| makes_pinned_buffer(&i.expr)))
             && let Some(f) = self.current_fn()
-            && let Some(name) = pat_ident(&local.pat)
+            && let Some(name) = binding_name(&local.pat)
         {
             self.facts.fns[f].pinned_bindings.push(name);
         }
@@ -661,14 +658,6 @@ fn framework_of_ident(ident: &syn::Ident) -> Option<Framework> {
     }
 }
 
-fn pat_ident(pat: &syn::Pat) -> Option<String> {
-    match pat {
-        syn::Pat::Ident(p) => Some(p.ident.to_string()),
-        syn::Pat::Type(t) => pat_ident(&t.pat),
-        _ => None,
-    }
-}
-
 fn span_of_expr_start(expr: &Expr) -> Span {
     use syn::spanned::Spanned;
     // Only the first token matters for the error line; spanning the whole (deep) expression would
@@ -711,35 +700,5 @@ fn first_use_segment(tree: &syn::UseTree) -> Option<&syn::Ident> {
         syn::UseTree::Rename(r) => Some(&r.ident),
         syn::UseTree::Glob(_) => None,
         syn::UseTree::Group(_) => None,
-    }
-}
-
-fn flatten_use(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<String>) {
-    match tree {
-        syn::UseTree::Path(p) => {
-            prefix.push(p.ident.to_string());
-            flatten_use(&p.tree, prefix, out);
-            prefix.pop();
-        }
-        syn::UseTree::Name(n) => {
-            prefix.push(n.ident.to_string());
-            out.push(prefix.join("::"));
-            prefix.pop();
-        }
-        syn::UseTree::Rename(r) => {
-            prefix.push(r.ident.to_string());
-            out.push(prefix.join("::"));
-            prefix.pop();
-        }
-        syn::UseTree::Glob(_) => {
-            prefix.push("*".to_string());
-            out.push(prefix.join("::"));
-            prefix.pop();
-        }
-        syn::UseTree::Group(g) => {
-            for item in &g.items {
-                flatten_use(item, prefix, out);
-            }
-        }
     }
 }

@@ -72,19 +72,6 @@ fn skipped_prefix_len(source: &str) -> usize {
     skipped
 }
 
-/// Kind of a loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoopKind {
-    /// `for pat in expr { .. }`
-    For,
-    /// `while cond { .. }` / `while let`
-    While,
-    /// `loop { .. }`
-    Loop,
-    /// A closure passed to an iterator method (`for_each`, `try_for_each`, `map` over batches, ...).
-    Closure,
-}
-
 /// A function or method (free fn, impl method, trait default method, nested fn).
 #[derive(Debug)]
 pub struct FnFact<'a> {
@@ -109,16 +96,12 @@ pub struct FnFact<'a> {
 /// A loop (or an iterator closure acting as one).
 #[derive(Debug)]
 pub struct LoopFact {
-    /// What kind of loop.
-    pub kind: LoopKind,
     /// The `for`/`while`/`loop` keyword, or the iterator method's name for closures.
     pub span: Span,
     /// The function containing the loop.
     pub fn_idx: Option<usize>,
     /// The enclosing loop in the same function.
     pub parent: Option<usize>,
-    /// Inside test code.
-    pub in_test: bool,
 }
 
 /// A call expression the visitor saw: `recv.method(..)` or `path::to::func(..)`.
@@ -223,8 +206,6 @@ impl<'a> CallFact<'a> {
 pub struct FileFacts<'a> {
     /// Frameworks the file's `use` items (and fully qualified paths) name.
     pub frameworks: Frameworks,
-    /// The file's `use` paths, flattened (`candle_core::Device`, `burn::tensor::*`).
-    pub imports: Vec<String>,
     /// Functions and methods, in source order.
     pub fns: Vec<FnFact<'a>>,
     /// Loops, in source order.
@@ -340,7 +321,6 @@ impl StepHit {
 
 /// One crate (the `.rs` files of one Cargo package) as the rules see it.
 pub struct CrateContext<'a> {
-    pub(crate) root: &'a Path,
     pub(crate) files: &'a [CrateFile<'a>],
     pub(crate) config: &'a Config,
     pub(crate) analysis: &'a CrateAnalysis,
@@ -348,11 +328,6 @@ pub struct CrateContext<'a> {
 }
 
 impl<'a> CrateContext<'a> {
-    /// The package directory (the directory of its `Cargo.toml`), or the file itself for a lone file.
-    pub fn root(&self) -> &'a Path {
-        self.root
-    }
-
     /// The crate's parsed files, in path order.
     pub fn files(&self) -> &'a [CrateFile<'a>] {
         self.files

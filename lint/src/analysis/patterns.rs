@@ -75,3 +75,12 @@ pub fn is_inside_loop(loops: &[super::LoopFact], call: &CallFact<'_>, l: usize) 
     }
     false
 }
+
+/// The name a pattern binds: `x`, `mut x` or `x: T`; `None` for destructuring patterns.
+pub fn binding_name(pat: &syn::Pat) -> Option<String> {
+    match pat {
+        syn::Pat::Ident(p) => Some(p.ident.to_string()),
+        syn::Pat::Type(t) => binding_name(&t.pat),
+        _ => None,
+    }
+}

@@ -402,12 +402,14 @@ impl CrateAnalysis {
         let reach = self.reach[fi][f].as_ref()?;
         let mut via = Vec::new();
         let mut at = Some((fi, f));
+        // A caller chain visits each function at most once; the bound stops a cycle.
+        let fns_in_crate: usize = files.iter().map(|f| f.facts.fns.len()).sum();
         let mut guard = 0;
         while let Some(g) = at {
             via.push(files[g.0].facts.fns[g.1].name.to_string());
             at = self.reach[g.0][g.1].as_ref().and_then(|r| r.caller);
             guard += 1;
-            if guard > files.iter().map(|f| f.facts.fns.len()).sum::<usize>() {
+            if guard > fns_in_crate {
                 break;
             }
         }

@@ -132,7 +132,7 @@ fn relative_to_current_dir(path: &Path) -> PathBuf {
 
 /// Removes `.` components and folds `name/..` pairs lexically (no file system access, so symlinks are
 /// not resolved; a leading `..` stays).
-fn normalize(path: &Path) -> PathBuf {
+pub fn normalize(path: &Path) -> PathBuf {
     let mut out: Vec<Component<'_>> = Vec::new();
     for component in path.components() {
         match component {

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::display_path;
 use crate::rules::RuleMeta;
-use crate::{Diagnostic, LintReport, Severity};
+use crate::{Diagnostic, LintReport};
 
 /// The JSON schema the document declares.
 pub const SCHEMA_URI: &str = "https://json.schemastore.org/sarif-2.1.0.json";
@@ -47,7 +47,7 @@ pub fn to_value(report: &LintReport, rules: &[&RuleMeta]) -> Value {
                 "id": diagnostic.code,
                 "name": diagnostic.name,
                 "shortDescription": { "text": diagnostic.name },
-                "defaultConfiguration": { "level": level(diagnostic.severity) },
+                "defaultConfiguration": { "level": diagnostic.severity.as_str() },
             }));
         }
     }
@@ -111,7 +111,7 @@ fn rule_descriptor(meta: &RuleMeta) -> Value {
             "text": format!("{}\n\nRun `perfkit rule {}` for this text in a terminal.", meta.doc.trim_end(), meta.code),
             "markdown": meta.doc,
         },
-        "defaultConfiguration": { "level": level(meta.default_severity) },
+        "defaultConfiguration": { "level": meta.default_severity.as_str() },
         "properties": {
             "tags": ["performance"],
             "fixable": meta.fixable,
@@ -167,7 +167,7 @@ fn result(diagnostic: &Diagnostic, rule_index: usize) -> Value {
     let mut value = json!({
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
-        "level": level(diagnostic.severity),
+        "level": diagnostic.severity.as_str(),
         "message": { "text": text },
         "locations": [{
             "physicalLocation": {
@@ -201,14 +201,6 @@ fn result(diagnostic: &Diagnostic, rule_index: usize) -> Value {
         }]);
     }
     value
-}
-
-fn level(severity: Severity) -> &'static str {
-    match severity {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
-        Severity::Note => "note",
-    }
 }
 
 /// A relative path becomes a URI reference under `%SRCROOT%`; an absolute one (outside the current
@@ -259,7 +251,7 @@ fn percent_encode(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FileError;
+    use crate::{FileError, Severity};
     use crate::output::test_support::{diagnostic, fix, report};
     use std::path::PathBuf;
 

@@ -164,13 +164,6 @@ impl Finding {
         self
     }
 
-    /// Marks the finding as running less often than once per step, so it is reported as a note.
-    #[must_use]
-    pub fn lowered(mut self) -> Finding {
-        self.lowered = true;
-        self
-    }
-
     /// Adds what a [`crate::analysis::StepHit`] says: the notes naming the loop (and call chain), and
     /// the lowering to note when the code does not run on every step.
     #[must_use]

@@ -121,9 +121,8 @@ fn waits_for_an_earlier_iteration(
         (at.line, at.column)
     };
     let waited_at = position(call);
-    cx.calls().any(|(f, other)| {
-        f == file
-            && other.fn_idx == Some(function)
+    cx.file(file).facts.calls.iter().any(|other| {
+        other.fn_idx == Some(function)
             && other.is("record")
             && other.call.is_method()
             && other.call.receiver() == Some(event)

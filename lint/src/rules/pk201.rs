@@ -169,35 +169,6 @@ fn is_htod(m: &ExprMethodCall) -> bool {
     )
 }
 
-/// What device an expression names, including burn's `Device::cpu()` / `Device::flex()` /
-/// `Device::ndarray()` constructors.
-pub(super) fn device_kind(cx: &CrateContext<'_>, expr: &Expr) -> DeviceKind {
-    let kind = cx.device_of(expr);
-    if kind != DeviceKind::Unknown {
-        return kind;
-    }
-    match strip_ref(expr) {
-        Expr::Call(c) => match &*c.func {
-            Expr::Path(p) => {
-                let segs = &p.path.segments;
-                let n = segs.len();
-                if n >= 2
-                    && segs[n - 2].ident == "Device"
-                    && ["cpu", "flex", "ndarray"]
-                        .iter()
-                        .any(|name| segs[n - 1].ident == name)
-                {
-                    DeviceKind::Cpu
-                } else {
-                    DeviceKind::Unknown
-                }
-            }
-            _ => DeviceKind::Unknown,
-        },
-        _ => DeviceKind::Unknown,
-    }
-}
-
 /// Strips `&`, `&mut`, parentheses and invisible groups.
 pub(super) fn strip_ref(expr: &Expr) -> &Expr {
     match expr {
@@ -269,7 +240,7 @@ fn cpu_constructor_call<'e>(
     }
     // A constructor without a device argument (tch `from_slice`) cannot be told where to go.
     let device = call.args.last()?;
-    (device_kind(cx, device) == DeviceKind::Cpu).then_some((&func.path, device))
+    (cx.device_of(device) == DeviceKind::Cpu).then_some((&func.path, device))
 }
 
 /// `Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?` in one expression.
@@ -282,7 +253,7 @@ fn chained_form(
     out: &mut Vec<Finding>,
 ) {
     // A copy to the CPU is a readback or a no-op, not an upload.
-    if device_kind(cx, target) == DeviceKind::Cpu {
+    if cx.device_of(target) == DeviceKind::Cpu {
         return;
     }
     let Some((ctor, path, device)) = cpu_constructor(cx, strip_result(&m.receiver)) else {
@@ -680,7 +651,7 @@ impl<'ast> Visit<'ast> for UseScanner<'_, '_, '_, 'ast> {
             UseKind::Tensor => {
                 if self.is_name(&m.receiver)
                     && let Some(target) = transfer_target(m)
-                    && device_kind(self.cx, target) != DeviceKind::Cpu
+                    && self.cx.device_of(target) != DeviceKind::Cpu
                 {
                     self.scan.copies.push(CopyUse {
                         method: m.method.to_string(),

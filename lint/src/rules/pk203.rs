@@ -6,7 +6,7 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 
 use crate::analysis::patterns::{
-    chain_has, is_inside_loop, is_tensor_fn, last_arg_device, root_name,
+    binding_name, chain_has, is_inside_loop, is_tensor_fn, last_arg_device, root_name,
 };
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
 use crate::rules::{Finding, Rule, RuleMeta};
@@ -313,7 +313,7 @@ struct Feeds<'n> {
 
 impl<'ast> Visit<'ast> for Feeds<'_> {
     fn visit_local(&mut self, local: &'ast syn::Local) {
-        if pat_name(&local.pat).is_some_and(|n| n == self.name)
+        if binding_name(&local.pat).is_some_and(|n| n == self.name)
             && let Some(init) = &local.init
         {
             self.ranges.push(init.expr.span().byte_range());
@@ -331,13 +331,5 @@ impl<'ast> Visit<'ast> for Feeds<'_> {
             }
         }
         syn::visit::visit_expr_method_call(self, call);
-    }
-}
-
-fn pat_name(pat: &syn::Pat) -> Option<String> {
-    match pat {
-        syn::Pat::Ident(p) => Some(p.ident.to_string()),
-        syn::Pat::Type(t) => pat_name(&t.pat),
-        _ => None,
     }
 }

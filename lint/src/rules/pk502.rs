@@ -6,6 +6,7 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 use syn::{Expr, Token};
 
+use crate::analysis::patterns::binding_name;
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
 use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
@@ -287,14 +288,6 @@ impl<'ast> Visit<'ast> for NamedFinder {
             }
         }
         visit::visit_field(self, field);
-    }
-}
-
-fn binding_name(pat: &syn::Pat) -> Option<String> {
-    match pat {
-        syn::Pat::Ident(p) => Some(p.ident.to_string()),
-        syn::Pat::Type(t) => binding_name(&t.pat),
-        _ => None,
     }
 }
 

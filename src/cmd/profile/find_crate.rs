@@ -3,7 +3,9 @@
 //! package is the workspace member with a binary (or example) target of that name.
 
 use std::ffi::OsStr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+use perfkit_lint::output::normalize;
 
 /// The package that built a program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,23 +147,6 @@ fn is_executable_file(path: &Path) -> bool {
 #[cfg(not(unix))]
 fn is_executable_file(path: &Path) -> bool {
     path.is_file()
-}
-
-/// Removes `.` and resolves `..` components without touching the file system.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push(component);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Reads the cargo layout around an executable: `<root>/target/<profile>/<name>`,
