@@ -14,7 +14,7 @@ use cudarc::driver::{
 use super::error::{CudaError, driver};
 use super::host::{HostBuffer, bytes_of};
 use super::timing::{Resolved, Timeline, TimingEvents, anchor_time};
-use crate::model::{GpuOpKind, HostMemory, Nanos, SpanId, ThreadIndex};
+use crate::model::{GpuOpKind, HostMemory, Nanos};
 use crate::recorder::{GpuOp, KernelLaunch, Recorder};
 
 /// Most timing events one stream keeps alive (in the pool or in flight). Past this,
@@ -41,23 +41,9 @@ const REANCHOR_AFTER_NS: Nanos = 1_000_000_000;
 /// Minimum interval between two device memory samples taken at synchronizations.
 const MEMORY_SAMPLE_NS: Nanos = 10_000_000;
 
-/// What is kept with an operation until its GPU times are known.
-#[derive(Clone, Debug)]
-struct OpMeta {
-    kind: GpuOpKind,
-    id: u64,
-    thread: Option<ThreadIndex>,
-    bytes: u64,
-    host_memory: Option<HostMemory>,
-    host_start: Nanos,
-    host_end: Nanos,
-    span: Option<SpanId>,
-    location: &'static Location<'static>,
-    kernel: Option<KernelLaunch>,
-}
-
 struct State {
-    timeline: Timeline<CudaEvent, OpMeta>,
+    /// Operations waiting for their GPU times, recorded as soon as they are known.
+    timeline: Timeline<CudaEvent, GpuOp>,
     anchored_at: Option<Nanos>,
     /// Whether an operation already tried (and failed) to anchor a busy stream.
     anchor_tried: bool,
@@ -66,7 +52,7 @@ struct State {
     kernel_names: HashMap<usize, Arc<str>>,
     last_memory_sample: Option<Nanos>,
     device_announced: bool,
-    resolved: Vec<Resolved<OpMeta>>,
+    resolved: Vec<Resolved<GpuOp>>,
 }
 
 /// What a timed operation runs, for kernel names.
@@ -351,42 +337,33 @@ impl ProfiledStream {
         result
     }
 
-    fn emit(&self, rec: &Recorder, m: &OpMeta, gpu: Option<(Nanos, Nanos)>) {
-        let mut op = GpuOp::new(m.kind);
-        op.id = m.id;
-        op.thread = m.thread;
-        op.device = self.device;
-        op.stream = Some(self.handle);
-        op.bytes = m.bytes;
-        op.host_memory = m.host_memory;
-        op.host_start = m.host_start;
-        op.host_end = m.host_end;
+    fn emit(&self, rec: &Recorder, op: &GpuOp, gpu: Option<(Nanos, Nanos)>) {
+        let mut op = *op;
         op.gpu_start = gpu.map(|g| g.0);
         op.gpu_end = gpu.map(|g| g.1);
-        op.span = m.span;
-        op.location = Some(m.location);
-        op.kernel = m.kernel;
         rec.gpu(&op);
     }
 
+    /// An operation of this stream issued now by the calling thread, its host times still
+    /// to be filled in.
     fn meta(
+        &self,
         rec: &Recorder,
         kind: GpuOpKind,
         bytes: u64,
         host_memory: Option<HostMemory>,
         location: &'static Location<'static>,
-    ) -> OpMeta {
-        OpMeta {
-            kind,
+    ) -> GpuOp {
+        GpuOp {
             id: rec.next_id(),
             thread: rec.current_thread(),
+            device: self.device,
+            stream: Some(self.handle),
             bytes,
             host_memory,
-            host_start: 0,
-            host_end: 0,
             span: rec.current_span(),
-            location,
-            kernel: None,
+            location: Some(location),
+            ..GpuOp::new(kind)
         }
     }
 
@@ -403,7 +380,7 @@ impl ProfiledStream {
         let Some(rec) = crate::recorder() else {
             return op(&self.stream);
         };
-        let mut meta = Self::meta(&rec, kind, bytes, host_memory, location);
+        let mut meta = self.meta(&rec, kind, bytes, host_memory, location);
         let mut st = self.lock();
         if !st.device_announced {
             self.announce_device(&rec, &mut st);
@@ -487,7 +464,7 @@ impl ProfiledStream {
         let Some(rec) = crate::recorder() else {
             return op(&self.stream);
         };
-        let mut meta = Self::meta(&rec, kind, bytes, None, location);
+        let mut meta = self.meta(&rec, kind, bytes, None, location);
         meta.host_start = rec.now();
         let result = op(&self.stream);
         meta.host_end = rec.now();
@@ -707,7 +684,7 @@ impl ProfiledStream {
                 .synchronize()
                 .map_err(driver("cuStreamSynchronize"));
         };
-        let mut meta = Self::meta(&rec, GpuOpKind::Synchronize, 0, None, Location::caller());
+        let mut meta = self.meta(&rec, GpuOpKind::Synchronize, 0, None, Location::caller());
         meta.host_start = rec.now();
         let result = self
             .stream
