@@ -325,18 +325,9 @@ impl Shared {
         ctl.flush_requested += 1;
         let want = ctl.flush_requested;
         self.wake_writer();
-        let deadline = Instant::now() + timeout;
-        while ctl.flush_done < want && !ctl.finished {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            match self.ctl_cv.wait_timeout(ctl, deadline - now) {
-                Ok((g, _)) => ctl = g,
-                Err(_) => return false,
-            }
-        }
-        true
+        self.ctl_cv
+            .wait_timeout_while(ctl, timeout, |c| c.flush_done < want && !c.finished)
+            .is_ok_and(|(_, r)| !r.timed_out())
     }
 
     /// Stops recording, lets the writer finish the file with an end record, and waits up to
@@ -350,18 +341,9 @@ impl Shared {
             ctl.shutdown = Some(reason);
         }
         self.wake_writer();
-        let deadline = Instant::now() + timeout;
-        while !ctl.finished {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            match self.ctl_cv.wait_timeout(ctl, deadline - now) {
-                Ok((g, _)) => ctl = g,
-                Err(_) => return false,
-            }
-        }
-        true
+        self.ctl_cv
+            .wait_timeout_while(ctl, timeout, |c| !c.finished)
+            .is_ok_and(|(_, r)| !r.timed_out())
     }
 }
 

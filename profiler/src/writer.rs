@@ -504,7 +504,7 @@ impl Writer {
                 self.enc.span_new(thread, ts, s0[1], parent, cs);
                 self.values(2, s1[1]);
             }
-            kind::RECORD => {
+            kind::RECORD | kind::EVENT => {
                 let cs = self.callsite(s0[3]);
                 let ts = self.shared.raw_to_ns(s0[2]);
                 let sid = if s0[0] & RAW_SPAN != 0 {
@@ -512,19 +512,11 @@ impl Writer {
                 } else {
                     s0[1]
                 };
-                self.enc.span_record(thread, ts, sid, cs);
-                self.values(1, (s0[0] >> 24) & 0xffff);
-            }
-            kind::EVENT => {
-                let cs = self.callsite(s0[3]);
-                let ts = self.shared.raw_to_ns(s0[2]);
-                let sid = if s0[0] & RAW_SPAN != 0 {
-                    self.span_of(0, s0[1])
+                if k == kind::RECORD {
+                    self.enc.span_record(thread, ts, sid, cs);
                 } else {
-                    s0[1]
-                };
-                let span = (sid != 0).then_some(sid);
-                self.enc.event(thread, ts, span, cs);
+                    self.enc.event(thread, ts, (sid != 0).then_some(sid), cs);
+                }
                 self.values(1, (s0[0] >> 24) & 0xffff);
             }
             kind::GPU => self.gpu(thread),

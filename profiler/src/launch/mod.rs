@@ -32,7 +32,7 @@ pub use outdir::{OutputDir, OutputDirError, default_dir_name};
 pub use signals::ReceivedSignal;
 
 /// The environment variable that tells an instrumented program where to write its trace.
-pub const TRACE_ENV: &str = "PERFKIT_TRACE";
+pub use crate::TRACE_ENV;
 
 /// Shell convention: the exit code when the program could not be found.
 pub const EXIT_NOT_FOUND: u8 = 127;

@@ -169,16 +169,6 @@ impl SpanAggregator {
         }
     }
 
-    /// The step span name.
-    pub fn step_name(&self) -> &str {
-        &self.step_name
-    }
-
-    /// Changes the step span name (before any event was fed).
-    pub fn set_step_name(&mut self, name: &str) {
-        name.clone_into(&mut self.step_name);
-    }
-
     fn intern(&mut self, name: &str) -> usize {
         if let Some(&i) = self.name_index.get(name) {
             return i;
