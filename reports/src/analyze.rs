@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::ingest::{AnalyzeOptions, ProcessIngest};
 use crate::model::{Analysis, ProcessAnalysis, RankComparison, RankRow, Timeline};
-use crate::source::{TraceSource, is_trace_file};
+use crate::source::TraceSource;
 use crate::stats::Distribution;
 use crate::timeline::TimelineCollector;
 
@@ -14,43 +14,34 @@ use crate::timeline::TimelineCollector;
 /// (sorted by name), or those of its `trace/` subdirectory (a run directory written by
 /// `perfkit profile`).
 pub fn discover(path: &Path) -> Result<Vec<PathBuf>> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if !meta.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
+    let files = list_traces(path)?;
+    if !files.is_empty() {
+        return Ok(files);
     }
-    match list_traces(path)? {
-        files if !files.is_empty() => Ok(files),
-        _ => {
-            let sub = path.join(RUN_TRACE_DIR);
-            let files = if sub.is_dir() {
-                list_traces(&sub)?
-            } else {
-                Vec::new()
-            };
-            if files.is_empty() {
-                return Err(Error::NoTrace {
-                    path: path.to_path_buf(),
-                });
-            }
-            Ok(files)
-        }
+    let sub = path.join(RUN_TRACE_DIR);
+    let files = if sub.is_dir() {
+        list_traces(&sub)?
+    } else {
+        Vec::new()
+    };
+    if files.is_empty() {
+        return Err(Error::NoTrace {
+            path: path.to_path_buf(),
+        });
     }
+    Ok(files)
 }
 
 /// The subdirectory of a run directory that holds its traces.
-pub const RUN_TRACE_DIR: &str = "trace";
+pub const RUN_TRACE_DIR: &str = perfkit_profiler::summary::TRACE_DIR;
 
+/// [`perfkit_profiler::trace_files`], its I/O error named by `path`.
 fn list_traces(path: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
-        let entry = entry.map_err(|e| Error::io(path, e))?;
-        let p = entry.path();
-        if p.is_file() && is_trace_file(&p) {
-            files.push(p);
-        }
-    }
-    files.sort();
-    Ok(files)
+    perfkit_profiler::trace_files(path).map_err(|e| match e {
+        perfkit_profiler::ReadError::Io { source, .. } => Error::io(path, source),
+        // Listing a directory only does I/O.
+        other => Error::io(path, std::io::Error::other(other.to_string())),
+    })
 }
 
 /// Most processes shown in the timeline of a multi-process run.
@@ -58,7 +49,11 @@ pub const MAX_TIMELINE_PROCESSES: usize = 8;
 
 /// Analyses one trace file (first pass).
 pub fn analyze_file(path: &Path, options: &AnalyzeOptions) -> Result<ProcessAnalysis> {
-    let src = TraceSource::open(path)?;
+    analyze_source(TraceSource::open(path)?, options)
+}
+
+/// [`analyze_file`] of a trace already opened.
+fn analyze_source(src: TraceSource, options: &AnalyzeOptions) -> Result<ProcessAnalysis> {
     let step = options
         .step_span
         .clone()
@@ -66,36 +61,35 @@ pub fn analyze_file(path: &Path, options: &AnalyzeOptions) -> Result<ProcessAnal
     let meta = src.meta().clone();
     let mut ingest = ProcessIngest::new(&step);
     let outcome = src.run(&mut |event| ingest.push(event));
-    let mut analysis = ingest.finish(meta, outcome.complete, outcome.error, options);
-    analysis.events = outcome.records;
-    Ok(analysis)
+    Ok(ingest.finish(meta, outcome, options))
 }
 
 /// Analyses a trace file or a directory of trace files (one per process) as one run.
 pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Analysis> {
     let files = discover(path)?;
     let mut processes = Vec::with_capacity(files.len());
+    // Each analysis's trace file, found again after `assemble` reorders the processes.
+    let mut origin: Vec<(PathBuf, String, u32)> = Vec::with_capacity(files.len());
     for file in &files {
+        let src = TraceSource::open(file)?;
         // Auxiliary traces (a GPU sampler's) are not processes of the program.
-        if files.len() > 1 && TraceSource::open(file)?.role().is_some() {
+        if files.len() > 1 && src.role().is_some() {
             continue;
         }
-        let p = analyze_file(file, options)?;
-        processes.push((file.clone(), p));
+        let p = analyze_source(src, options)?;
+        origin.push((file.clone(), p.meta.file.clone(), p.meta.pid));
+        processes.push(p);
     }
-    let mut analysis = assemble(
-        path.display().to_string(),
-        processes.iter().map(|(_, p)| p.clone()).collect(),
-    );
+    let mut analysis = assemble(path.display().to_string(), processes);
     analysis.source_path = path.to_path_buf();
     analysis.files = analysis
         .processes
         .iter()
         .filter_map(|a| {
-            processes
+            origin
                 .iter()
-                .find(|(_, p)| p.meta.file == a.meta.file && p.meta.pid == a.meta.pid)
-                .map(|(f, _)| f.clone())
+                .find(|(_, file, pid)| *file == a.meta.file && *pid == a.meta.pid)
+                .map(|(path, ..)| path.clone())
         })
         .collect();
     // The primary process: the first (by rank, then start) that ran steps. Its chosen steps

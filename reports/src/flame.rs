@@ -107,22 +107,15 @@ fn render_lines(lines: &[String], title: &str, count_name: &str, mut w: impl Wri
             "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"60\"><text x=\"10\" y=\"30\" font-family=\"sans-serif\">{}: no samples</text></svg>\n",
             crate::html::escape_text(title)
         )
-        .map_err(|e| Error::Flamegraph {
-            what: title.to_owned(),
-            message: e.to_string(),
-        });
+        .map_err(|e| flame_err(title, e));
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_owned();
     opts.count_name = count_name.to_owned();
     opts.deterministic = true;
     opts.hash = true;
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w).map_err(|e| {
-        Error::Flamegraph {
-            what: title.to_owned(),
-            message: e.to_string(),
-        }
-    })
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+        .map_err(|e| flame_err(title, e))
 }
 
 /// A differential flamegraph: the shape of `new`, coloured by the change from `base`

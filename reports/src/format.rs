@@ -23,20 +23,8 @@ pub fn signed_duration(ns: i128) -> String {
     )
 }
 
-/// `1.5 GiB`, `12.0 MiB`, `3.0 KiB`, `17 B`.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
+/// `1.5 GiB`, `12.0 MiB`, `3.0 KiB`, `17 B` (the terminal summary's format).
+pub use perfkit_profiler::summary::format_bytes as bytes;
 
 /// A bandwidth given in GB/s, in the unit that fits: `12.00 GB/s`, `3.40 MB/s`, `20.00 KB/s`.
 pub fn rate_gbps(gbps: f64) -> String {

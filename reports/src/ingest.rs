@@ -13,6 +13,7 @@ use crate::model::{
     ProcessAnalysis, ProcessMeta, SpanStats, StackTime, StepBreakdown, StepPoint, StepSummary,
     SyncSite, SyncStats, ThreadInfo,
 };
+use crate::source::ReadOutcome;
 use crate::stats::{Distribution, IntervalUnion};
 
 const NO_PARENT: u32 = u32::MAX;
@@ -132,7 +133,6 @@ pub struct ProcessIngest {
     streams: BTreeSet<u64>,
     first_ts: Option<u64>,
     last_ts: u64,
-    events: u64,
     dropped: u64,
 }
 
@@ -175,7 +175,6 @@ impl ProcessIngest {
             streams: BTreeSet::new(),
             first_ts: None,
             last_ts: 0,
-            events: 0,
             dropped: 0,
         }
     }
@@ -215,7 +214,6 @@ impl ProcessIngest {
 
     /// Feeds one event.
     pub fn push(&mut self, event: &Event<'_>) {
-        self.events += 1;
         match *event {
             Event::Thread { thread, name } => {
                 self.thread_names.insert(thread, name.to_owned());
@@ -536,10 +534,14 @@ impl ProcessIngest {
     pub fn finish(
         mut self,
         meta: ProcessMeta,
-        complete: bool,
-        read_error: Option<String>,
+        outcome: ReadOutcome,
         options: &AnalyzeOptions,
     ) -> ProcessAnalysis {
+        let ReadOutcome {
+            complete,
+            error: read_error,
+            records,
+        } = outcome;
         let end = self.last_ts;
         let mut unclosed = 0u64;
         let threads: Vec<u64> = self.stacks.keys().copied().collect();
@@ -794,7 +796,8 @@ impl ProcessIngest {
             meta,
             offset_ns: 0,
             duration_ns,
-            events: self.events,
+            // Records read: one record can become two events.
+            events: records,
             dropped_events: self.dropped,
             complete,
             read_error,

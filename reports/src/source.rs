@@ -13,12 +13,6 @@ use crate::error::{Error, Result};
 use crate::event::{Event, GpuOp, OpKind};
 use crate::model::{Direction, ProcessMeta};
 
-/// Whether `path` looks like a trace file (by its `.pktrace` extension).
-pub fn is_trace_file(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e == perfkit_profiler::format::TRACE_EXTENSION)
-}
-
 /// How reading a trace ended.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOutcome {
@@ -77,7 +71,7 @@ impl TraceSource {
             start_unix_ns: h.start_unix_ns,
         };
         let step_span = if h.step_span_name.is_empty() {
-            "step".to_owned()
+            perfkit_profiler::summary::DEFAULT_STEP_SPAN.to_owned()
         } else {
             h.step_span_name.clone()
         };

@@ -1,5 +1,6 @@
 //! Small statistics: percentiles of durations and unions of time intervals.
 
+use perfkit_profiler::summary::StepStats;
 use serde::{Deserialize, Serialize};
 
 /// Distribution of a set of durations (nanoseconds).
@@ -25,36 +26,26 @@ pub struct Distribution {
 }
 
 impl Distribution {
-    /// Computes the distribution of `samples` (any order).
+    /// Computes the distribution of `samples` (any order): the profiler's step statistics
+    /// (the terminal summary's figures), plus the MAD.
     pub fn of(samples: &[u64]) -> Self {
         if samples.is_empty() {
             return Self::default();
         }
         let mut sorted = samples.to_vec();
-        sorted.sort_unstable();
-        let n = sorted.len();
-        let sum: u128 = sorted.iter().map(|&v| u128::from(v)).sum();
-        let mean = sum as f64 / n as f64;
-        let var = sorted
-            .iter()
-            .map(|&v| {
-                let d = v as f64 - mean;
-                d * d
-            })
-            .sum::<f64>()
-            / n as f64;
-        let median = median_sorted(&sorted);
+        let s = StepStats::from_durations("", &mut sorted);
+        let median = s.median_ns.unwrap_or(0);
         let mut deviations: Vec<u64> = sorted.iter().map(|&v| v.abs_diff(median)).collect();
         deviations.sort_unstable();
         let mad = median_sorted(&deviations) as f64 * 1.4826;
         Self {
-            count: n as u64,
-            mean_ns: mean.round() as u64,
+            count: s.count,
+            mean_ns: s.mean_ns.unwrap_or(0),
             median_ns: median,
-            p95_ns: percentile_sorted(&sorted, 95.0),
-            min_ns: sorted[0],
-            max_ns: sorted[n - 1],
-            stddev_ns: var.sqrt().round() as u64,
+            p95_ns: s.p95_ns.unwrap_or(0),
+            min_ns: s.min_ns.unwrap_or(0),
+            max_ns: s.max_ns.unwrap_or(0),
+            stddev_ns: s.stddev_ns.unwrap_or(0),
             mad_ns: mad.round() as u64,
         }
     }
@@ -86,15 +77,6 @@ pub fn median_sorted(sorted: &[u64]) -> u64 {
         let sum = u128::from(sorted[n / 2 - 1]) + u128::from(sorted[n / 2]);
         u64::try_from(sum.div_ceil(2)).unwrap_or(u64::MAX)
     }
-}
-
-/// Nearest-rank percentile of an ascending slice (0 for an empty slice).
-pub fn percentile_sorted(sorted: &[u64], pct: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// A union of half-open time intervals, sorted and disjoint, with prefix sums so that

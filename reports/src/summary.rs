@@ -101,13 +101,6 @@ impl Summary {
         self.analysis.as_ref().map_or(&[], |a| &a.processes)
     }
 
-    /// Where the run came from.
-    pub fn source(&self) -> &str {
-        self.analysis
-            .as_ref()
-            .map_or(&self.core.run.program, |a| &a.source)
-    }
-
     /// Pretty JSON with a final newline.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|e| {
@@ -150,21 +143,22 @@ impl Summary {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Self::from_json(&text, path)
     }
-
-    /// The process whose steps set the run's pace: the one with the slowest median step
-    /// (the straggler), else the first.
-    pub fn pace_process(&self) -> Option<&ProcessAnalysis> {
-        pace_process(self.processes())
-    }
 }
 
-/// The process with the slowest median step, else the first process.
+/// The process with the slowest median step (the straggler), else the first process.
 pub fn pace_process(processes: &[ProcessAnalysis]) -> Option<&ProcessAnalysis> {
+    pace_index(processes).map(|i| &processes[i])
+}
+
+/// The index of [`pace_process`].
+pub fn pace_index(processes: &[ProcessAnalysis]) -> Option<usize> {
     processes
         .iter()
-        .filter(|p| p.steps.duration.count > 0)
-        .max_by_key(|p| p.steps.duration.median_ns)
-        .or(processes.first())
+        .enumerate()
+        .filter(|(_, p)| p.steps.duration.count > 0)
+        .max_by_key(|(_, p)| p.steps.duration.median_ns)
+        .map(|(i, _)| i)
+        .or((!processes.is_empty()).then_some(0))
 }
 
 fn md_escape(s: &str) -> String {

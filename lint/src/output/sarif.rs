@@ -251,8 +251,8 @@ fn percent_encode(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FileError, Severity};
     use crate::output::test_support::{diagnostic, fix, report};
+    use crate::{FileError, Severity};
     use std::path::PathBuf;
 
     static META: RuleMeta = RuleMeta {

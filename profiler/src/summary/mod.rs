@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use analyze::{AnalyzeError, AnalyzeOptions, ROLE_KEY, TraceDirAnalysis, analyze_trace_dir};
 pub use stats::{SpanAggregator, SpanStats, StepStats, UNKNOWN_SPAN, merge_span_tables};
-pub use text::{INSTRUMENT_HINT, format_duration_ns};
+pub use text::{INSTRUMENT_HINT, format_bytes, format_duration_ns};
 pub use time::UtcTime;
 
 /// The value of [`Summary::schema`].

@@ -43,7 +43,8 @@ pub fn format_duration_ns(ns: u64) -> String {
     }
 }
 
-fn format_bytes(bytes: u64) -> String {
+/// `1.5 GiB`, `12.0 MiB`, `3.0 KiB`, `17 B`.
+pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if bytes < 1024 {
         return format!("{bytes} B");

@@ -215,25 +215,13 @@ impl Cx<'_> {
     }
 }
 
-/// The index of the process that sets the run's pace (slowest median step, else the first),
-/// as [`crate::summary::pace_process`] picks it.
-fn pace_index(processes: &[ProcessAnalysis]) -> Option<usize> {
-    processes
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.steps.duration.count > 0)
-        .max_by_key(|(_, p)| p.steps.duration.median_ns)
-        .map(|(i, _)| i)
-        .or((!processes.is_empty()).then_some(0))
-}
-
 /// Runs every runtime rule over the process that sets the run's pace. Findings are sorted by
 /// cost per step (largest first), then code.
 ///
 /// Reads that process's trace file once more (the analysis keeps no per-step attribution of
 /// source lines); a trace that cannot be read is an error.
 pub fn evaluate(analysis: &Analysis, cfg: &ProfileConfig) -> crate::Result<Vec<Finding>> {
-    let Some(i) = pace_index(&analysis.processes) else {
+    let Some(i) = crate::summary::pace_index(&analysis.processes) else {
         // Nothing traced.
         return Ok(Vec::new());
     };
