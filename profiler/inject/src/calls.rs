@@ -8,7 +8,7 @@
 //! without a table to update.
 
 /// An API domain with callbacks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Domain {
     /// `cu*` functions.
     Driver,

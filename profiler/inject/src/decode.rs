@@ -36,14 +36,8 @@ pub enum DecodeError {
     },
 }
 
-/// The API domain of an API activity record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiDomain {
-    /// CUDA driver API (`cu*`).
-    Driver,
-    /// CUDA runtime API (`cuda*`).
-    Runtime,
-}
+/// The API domain of an API activity record: the callbacks' [`Domain`](crate::calls::Domain).
+pub use crate::calls::Domain as ApiDomain;
 
 /// Direction of a memory copy (`CUpti_ActivityMemcpyKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -566,10 +560,6 @@ fn decode_api(k: u32, bytes: &[u8]) -> Result<ApiRecord, DecodeError> {
         return_value: f.u32(offset_of!(T, returnValue)),
     })
 }
-
-/// Memory-operation value of an allocation record (for tests and tools that lay out buffers).
-pub const MEMORY_OPERATION_RELEASE: u32 =
-    sys::CUpti_ActivityMemoryOperationType::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE as u32;
 
 /// Walks a buffer of back-to-back records laid out with [`record_size`] strides (8-byte
 /// aligned), decoding each; stops at the first record it cannot size (its kind is returned as

@@ -5,7 +5,6 @@
 //! `InitializeInjection` makes no CUDA driver call; it loads libcupti, checks its version,
 //! subscribes, enables the activity kinds and starts a perfkit recording session.
 
-use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -16,7 +15,7 @@ use std::time::Duration;
 
 use cudarc::cupti::sys::{self, CUptiResult};
 use perfkit_profiler::model::GpuOpKind;
-use perfkit_profiler::recorder::{GpuOp, KernelLaunch, Recorder, StrId};
+use perfkit_profiler::recorder::{GpuOp, KernelLaunch, Recorder};
 
 use crate::calls::{self, Domain, StackPolicy, Watch};
 use crate::decode;
@@ -63,22 +62,26 @@ struct State {
     stack_policy: StackPolicy,
     driver_watch: Vec<Option<Watch>>,
     runtime_watch: Vec<Option<Watch>>,
-    names: Mutex<HashMap<String, StrId>>,
     flush: (Mutex<FlushRequest>, Condvar),
     counters: Counters,
     first_decode_error: Mutex<Option<String>>,
 }
 
 impl State {
-    /// Whether an API record is of a watched function.
-    fn watched(&self, api: &decode::ApiRecord) -> bool {
-        let table = match api.domain {
-            decode::ApiDomain::Driver => &self.driver_watch,
-            decode::ApiDomain::Runtime => &self.runtime_watch,
+    /// Why the function `cbid` of `domain` is watched, if it is.
+    fn watch(&self, domain: Domain, cbid: u32) -> Option<Watch> {
+        let table = match domain {
+            Domain::Driver => &self.driver_watch,
+            Domain::Runtime => &self.runtime_watch,
         };
+        table.get(cbid as usize).copied().flatten()
+    }
+
+    /// Whether an API record is of a function that issues GPU work or blocks the host.
+    fn watched(&self, api: &decode::ApiRecord) -> bool {
         matches!(
-            table.get(api.cbid as usize),
-            Some(Some(Watch::Work | Watch::Launch | Watch::GraphLaunch))
+            self.watch(api.domain, api.cbid),
+            Some(Watch::Work | Watch::Launch | Watch::GraphLaunch)
         )
     }
 }
@@ -319,7 +322,6 @@ fn start() -> Result<String, String> {
         stack_policy,
         driver_watch: watch_table(Domain::Driver),
         runtime_watch: watch_table(Domain::Runtime),
-        names: Mutex::new(HashMap::new()),
         flush: (Mutex::new(FlushRequest::default()), Condvar::new()),
         counters: Counters::default(),
         first_decode_error: Mutex::new(None),
@@ -571,16 +573,12 @@ unsafe extern "C" fn api_callback(
 ) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(state) = STATE.get() else { return };
-        let (dom, table) = match domain {
-            sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
-                (Domain::Driver, &state.driver_watch)
-            }
-            sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API => {
-                (Domain::Runtime, &state.runtime_watch)
-            }
+        let dom = match domain {
+            sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => Domain::Driver,
+            sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API => Domain::Runtime,
             _ => return,
         };
-        let Some(Some(watch)) = table.get(cbid as usize) else {
+        let Some(watch) = state.watch(dom, cbid) else {
             return;
         };
         if cbdata.is_null() {
@@ -606,7 +604,7 @@ unsafe extern "C" fn api_callback(
             }
             Watch::Work | Watch::Launch | Watch::GraphLaunch => {
                 if enter {
-                    on_enter(state, dom, correlation, *watch);
+                    on_enter(state, dom, correlation, watch);
                 } else {
                     on_exit(state, dom, correlation);
                 }
@@ -616,9 +614,14 @@ unsafe extern "C" fn api_callback(
 }
 
 fn on_enter(state: &State, dom: Domain, correlation: u32, watch: Watch) {
+    let outer = OUTER.with(|o| o.get());
+    if dom == Domain::Driver && outer == correlation {
+        // The driver call shares the runtime call's id: that call's entry stands for both
+        // (`Joiner::call_enter` would drop this one), so skip the clock and the lock.
+        return;
+    }
     let host_start = state.rec.now();
     let thread = state.rec.current_thread();
-    let outer = OUTER.with(|o| o.get());
     // A driver call inside a watched runtime call shares the runtime call's stack.
     let stack = if state.stack_depth == 0
         || !state.stack_policy.wants(watch)
@@ -812,22 +815,12 @@ fn emit(state: &State, op: &Op) {
         c.unjoined.fetch_add(1, Ordering::Relaxed);
     }
     let rec = &state.rec;
-    let kernel = op.kernel.as_ref().map(|k| {
-        let mut names = state.names.lock().unwrap_or_else(|e| e.into_inner());
-        let name = match names.get(&k.name) {
-            Some(id) => *id,
-            None => {
-                let id = rec.intern(&k.name);
-                names.insert(k.name.clone(), id);
-                id
-            }
-        };
-        KernelLaunch {
-            name,
-            grid: k.grid,
-            block: k.block,
-            shared_mem_bytes: k.shared_mem_bytes,
-        }
+    let kernel = op.kernel.as_ref().map(|k| KernelLaunch {
+        // The recorder's interner returns the id a name already has.
+        name: rec.intern(&k.name),
+        grid: k.grid,
+        block: k.block,
+        shared_mem_bytes: k.shared_mem_bytes,
     });
     let id = rec.next_id();
     let mut g = GpuOp::new(op.kind);

@@ -254,7 +254,7 @@ fn is_python(p: &Path) -> bool {
 
 /// The marker every program that links perfkit-profiler carries (the name of the variable its
 /// `init()` reads).
-const MARKER: &[u8] = b"PERFKIT_TRACE";
+const MARKER: &[u8] = perfkit_profiler::TRACE_ENV.as_bytes();
 
 /// Whether the executable at `path` links perfkit-profiler (it then records its own GPU work
 /// and needs no injection). Reads the file in chunks looking for the profiler's marker string.
