@@ -261,6 +261,8 @@ fn profile_run(exe: &Path, dir: &Path, args: &DemoArgs, anti: bool) -> anyhow::R
         "profile".into(),
         "--quiet".into(),
         "--force".into(),
+        // The demo lints the trainer once itself and renders the reports with those findings.
+        "--no-lint".into(),
         "--out".into(),
         dir.as_os_str().to_owned(),
         "--".into(),
