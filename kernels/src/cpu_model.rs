@@ -58,12 +58,6 @@ impl CpuMlp {
         }
     }
 
-    /// The parameters `[w1, b1, w2, b2]`.
-    #[must_use]
-    pub fn params(&self) -> &[Vec<f32>; 4] {
-        &self.params
-    }
-
     /// The gradients of the last [`CpuMlp::backward`], `[dw1, db1, dw2, db2]`.
     #[must_use]
     pub fn grads(&self) -> &[Vec<f32>; 4] {

@@ -117,12 +117,6 @@ impl HostLoader {
         }
     }
 
-    /// Number of worker threads.
-    #[must_use]
-    pub fn workers(&self) -> usize {
-        self.workers.len()
-    }
-
     /// The next batch, or `None` after the last one.
     pub fn next_batch(&mut self) -> Option<Batch> {
         if self.next >= self.end {

@@ -662,12 +662,6 @@ impl GpuMlp {
         self.shape
     }
 
-    /// Samples per batch.
-    #[must_use]
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
     /// Tuned upload: the batch is copied into a page-locked staging slot on the host,
     /// then uploaded from there asynchronously.
     ///
@@ -879,20 +873,6 @@ impl GpuMlp {
             )?;
         }
         Ok(())
-    }
-
-    /// Reads the parameters back (tests and checks).
-    ///
-    /// # Errors
-    /// Driver errors.
-    pub fn read_params(&self) -> Result<[Vec<f32>; 4], GpuError> {
-        let [a, b, c, d] = &self.params;
-        Ok([
-            self.stream.clone_dtoh(a)?,
-            self.stream.clone_dtoh(b)?,
-            self.stream.clone_dtoh(c)?,
-            self.stream.clone_dtoh(d)?,
-        ])
     }
 
     /// Reads the first `steps` losses of the on-device loss log back (after the loop).

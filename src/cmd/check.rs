@@ -160,25 +160,17 @@ pub fn lint_to_findings(diagnostics: &[Diagnostic]) -> Vec<Finding> {
     diagnostics
         .iter()
         .map(|d| {
-            let mut finding = lint_to_finding(d);
             let absolute = cwd.join(&d.path);
-            if let Some(root) = roots.of(&absolute)
-                && let Ok(relative) = absolute.strip_prefix(root)
-            {
-                finding.location = Some(format!(
-                    "{}:{}:{}",
-                    output::display_path(relative),
-                    d.region.line,
-                    d.region.column
-                ));
-            }
-            finding
+            let in_workspace = roots
+                .of(&absolute)
+                .and_then(|root| absolute.strip_prefix(root).ok());
+            lint_to_finding(d, in_workspace.unwrap_or(&d.path))
         })
         .collect()
 }
 
-/// A lint diagnostic as a report finding, its path as the linter shows it.
-fn lint_to_finding(d: &Diagnostic) -> Finding {
+/// A lint diagnostic as a report finding, located at `path` (shown as the linter shows paths).
+fn lint_to_finding(d: &Diagnostic, path: &Path) -> Finding {
     Finding {
         code: d.code.to_owned(),
         name: d.name.to_owned(),
@@ -191,7 +183,7 @@ fn lint_to_finding(d: &Diagnostic) -> Finding {
         help: d.help.clone(),
         location: Some(format!(
             "{}:{}:{}",
-            output::display_path(&d.path),
+            output::display_path(path),
             d.region.line,
             d.region.column
         )),
@@ -390,10 +382,6 @@ fn lint_paths(args: &CheckArgs) -> anyhow::Result<LintReport> {
     Ok(perfkit_lint::lint(&options)?)
 }
 
-fn escape_data(s: &str) -> String {
-    perfkit_lint::output::github::escape_data(s)
-}
-
 /// Runs `perfkit check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     if args.lint.is_empty() && args.baseline.is_none() {
@@ -415,28 +403,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .filter(|d| d.severity >= level && d.code != "PK000")
             .count();
-        match args.format {
-            CheckFormat::Text => {
-                output::render(
-                    Format::Text,
-                    &mut out,
-                    &report,
-                    &rules,
-                    &RenderOptions::default(),
-                )
-                .context("cannot write the lint report")?;
-            }
-            CheckFormat::Github => {
-                output::render(
-                    Format::Github,
-                    &mut out,
-                    &report,
-                    &rules,
-                    &RenderOptions::default(),
-                )
-                .context("cannot write the lint annotations")?;
-            }
-        }
+        let (format, what) = match args.format {
+            CheckFormat::Text => (Format::Text, "report"),
+            CheckFormat::Github => (Format::Github, "annotations"),
+        };
+        output::render(format, &mut out, &report, &rules, &RenderOptions::default())
+            .with_context(|| format!("cannot write the lint {what}"))?;
         if let Some(path) = &args.sarif {
             write_sarif(path, &report, &rules)?;
         }
@@ -462,7 +434,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         if !report.diagnostics.is_empty() {
             md.push_str("| code | severity | location | message |\n|---|---|---|---|\n");
             for d in report.diagnostics.iter().take(50) {
-                let f = lint_to_finding(d);
+                let f = lint_to_finding(d, &d.path);
                 let _ = writeln!(
                     md,
                     "| {} | {} | `{}` | {} |",
@@ -492,7 +464,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 writeln!(
                     out,
                     "::error title=perfkit check::{}",
-                    escape_data(&g.line())
+                    output::github::escape_data(&g.line())
                 )?;
             }
             let _ = writeln!(

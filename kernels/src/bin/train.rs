@@ -217,53 +217,31 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// One row of the benchmark: the switches passed to the child and whether it records.
 struct Variant {
-    label: &'static str,
+    label: String,
     flag: Option<&'static str>,
     instrumented: bool,
 }
 
-const VARIANTS: [Variant; 8] = [
-    Variant {
-        label: "tuned (pinned, workers, no sync)",
+/// The tuned run, each anti-pattern switch alone, and the tuned run recorded by perfkit.
+fn variants() -> Vec<Variant> {
+    let tuned = |label: &str, instrumented| Variant {
+        label: label.to_owned(),
         flag: None,
-        instrumented: false,
-    },
-    Variant {
-        label: "PK101 --readback-every-step",
-        flag: Some("--readback-every-step"),
-        instrumented: false,
-    },
-    Variant {
-        label: "PK102 --sync-every-step",
-        flag: Some("--sync-every-step"),
-        instrumented: false,
-    },
-    Variant {
-        label: "PK201 --cpu-then-copy",
-        flag: Some("--cpu-then-copy"),
-        instrumented: false,
-    },
-    Variant {
-        label: "PK202 --alloc-every-step",
-        flag: Some("--alloc-every-step"),
-        instrumented: false,
-    },
-    Variant {
-        label: "PK203 --per-sample-upload",
-        flag: Some("--per-sample-upload"),
-        instrumented: false,
-    },
-    Variant {
-        label: "PK303 --pageable",
-        flag: Some("--pageable"),
-        instrumented: false,
-    },
-    Variant {
-        label: "tuned, recorded by perfkit",
-        flag: None,
-        instrumented: true,
-    },
-];
+        instrumented,
+    };
+    let mut rows = vec![tuned("tuned (pinned, workers, no sync)", false)];
+    rows.extend(
+        AntiPatterns::default()
+            .flags()
+            .map(|(flag, code, _)| Variant {
+                label: format!("{code} {flag}"),
+                flag: Some(flag),
+                instrumented: false,
+            }),
+    );
+    rows.push(tuned("tuned, recorded by perfkit", true));
+    rows
+}
 
 /// Runs this binary once as a child and returns its mean step time.
 fn child_step_time(
@@ -327,8 +305,9 @@ fn bench(cli: &Cli) -> anyhow::Result<ExitCode> {
     let bw = bandwidth(&ctx)?;
     let trace_dir: PathBuf =
         std::env::temp_dir().join(format!("perfkit-bench-{}", std::process::id()));
+    let variants = variants();
     let mut rows = Vec::new();
-    for variant in &VARIANTS {
+    for variant in &variants {
         let times = (0..cli.bench_repeats.max(1))
             .map(|_| child_step_time(cli, variant, &trace_dir))
             .collect::<anyhow::Result<Vec<_>>>()?;
