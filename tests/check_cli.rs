@@ -427,70 +427,61 @@ fn readback_pageable_trace(steps: u64) -> Vec<u8> {
 
 #[test]
 fn lint_findings_of_the_trainer_are_confirmed_by_a_run_that_executes_their_lines() {
-    use perfkit_reports::rules::{self, ProfileConfig};
-
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = dir.path().join("train-11.pktrace");
     std::fs::write(&trace, readback_pageable_trace(20)).expect("write");
-    let analysis =
-        perfkit_reports::analyze_path(&trace, &perfkit_reports::AnalyzeOptions::default())
-            .expect("analyse");
-    let runtime = rules::evaluate(&analysis, &ProfileConfig::default()).expect("evaluate");
-
-    // The trainer's lint findings, as `perfkit demo`/`perfkit profile` turn them into report
-    // findings (`path:line:column`, paths relative to the repository root).
-    let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new([root().join("kernels")]))
-        .expect("lint");
-    let lint: Vec<perfkit_reports::Finding> = report
-        .diagnostics
-        .iter()
-        .map(|d| {
-            let rel = d.path.strip_prefix(root()).unwrap_or(&d.path);
-            perfkit_reports::Finding {
-                code: d.code.to_owned(),
-                name: d.name.to_owned(),
-                severity: perfkit_reports::Severity::Warning,
-                message: d.message.clone(),
-                help: d.help.clone(),
-                location: Some(format!(
-                    "{}:{}:{}",
-                    rel.display(),
-                    d.region.line,
-                    d.region.column
-                )),
-                origin: "lint".to_owned(),
-                confirmed: false,
-                cost_per_step_ns: None,
-                share_of_step_percent: None,
-                bytes: None,
-                count: None,
-            }
-        })
-        .collect();
-    assert!(lint.iter().any(|f| f.code == "PK101"), "{lint:#?}");
-    let merged = rules::confirm(lint, runtime);
+    let out = dir.path().join("out");
+    // The trainer's lint findings beside the measured ones, as `perfkit report --lint` (and
+    // `perfkit profile`, `perfkit demo`) put them: `path:line:column`, paths relative to the
+    // workspace root.
+    perfkit()
+        .current_dir(root())
+        .arg("report")
+        .arg(&trace)
+        .args(["--format", "json", "--out"])
+        .arg(&out)
+        .arg("--lint")
+        .arg(root().join("kernels"))
+        .assert()
+        .success();
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+    )
+    .expect("summary JSON");
+    let merged = summary["findings"].as_array().expect("findings");
+    let lint = |f: &&serde_json::Value| f["origin"] == "lint";
+    assert!(
+        merged.iter().filter(lint).any(|f| f["code"] == "PK101"),
+        "{merged:#?}"
+    );
     for (code, line) in [("PK101", ":29:"), ("PK303", ":118:")] {
         let f = merged
             .iter()
+            .filter(lint)
             .find(|f| {
-                f.code == code
-                    && f.origin == "lint"
-                    && f.location.as_deref().is_some_and(|l| l.contains(line))
+                f["code"] == code
+                    && f["location"]
+                        .as_str()
+                        .is_some_and(|l| l.starts_with("kernels/") && l.contains(line))
             })
             .unwrap_or_else(|| panic!("{code} lint finding missing: {merged:#?}"));
-        assert!(f.confirmed, "{code} not confirmed: {merged:#?}");
-        let cost = f.cost_per_step_ns.expect("cost");
-        assert!(cost > 0 && f.share_of_step_percent.is_some(), "{f:#?}");
+        assert_eq!(f["confirmed"], true, "{code} not confirmed: {merged:#?}");
+        let cost = f["cost_per_step_ns"].as_u64().expect("cost");
+        assert!(cost > 0 && f["share_of_step_percent"].is_number(), "{f:#?}");
     }
     // PK101: the host waited 305 us per step on a 500 us step.
     let pk101 = merged
         .iter()
-        .find(|f| f.code == "PK101" && f.confirmed)
+        .find(|f| f["code"] == "PK101" && f["confirmed"] == true)
         .expect("pk101");
-    assert_eq!(pk101.cost_per_step_ns, Some(305_000));
-    assert_eq!(pk101.share_of_step_percent, Some(61.0));
+    assert_eq!(pk101["cost_per_step_ns"], 305_000);
+    assert_eq!(pk101["share_of_step_percent"], 61.0);
     // Lines that never ran (the other anti-pattern switches) stay unconfirmed.
-    assert!(merged.iter().any(|f| f.code == "PK202" && !f.confirmed));
+    assert!(
+        merged
+            .iter()
+            .any(|f| f["code"] == "PK202" && f["confirmed"] == false)
+    );
 }
 
 #[test]
