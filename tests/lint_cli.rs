@@ -49,6 +49,12 @@ fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// `perfkit lint fixtures/lint --format json`, run once for every test that reads it.
+fn fixtures_json() -> &'static Run {
+    static RUN: std::sync::OnceLock<Run> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| run(perfkit().args(["lint", "fixtures/lint", "--format", "json"])))
+}
+
 fn json(run: &Run) -> Value {
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", run.stdout))
@@ -113,9 +119,9 @@ fn keys(value: &Value) -> BTreeSet<String> {
 
 #[test]
 fn json_output_follows_schema_version_1_exactly() {
-    let out = run(perfkit().args(["lint", "fixtures/lint", "--format", "json"]));
+    let out = fixtures_json();
     assert_eq!(out.code, 1, "the fixtures have warnings: {}", out.stderr);
-    let value = json(&out);
+    let value = json(out);
     assert_eq!(
         keys(&value),
         ["errors", "files_scanned", "findings", "version"]
@@ -254,8 +260,8 @@ fn fixture_markers() -> BTreeMap<String, Vec<Expected>> {
 
 #[test]
 fn every_marked_line_fires_and_no_look_alike_does() {
-    let out = run(perfkit().args(["lint", "fixtures/lint", "--format", "json"]));
-    let value = json(&out);
+    let out = fixtures_json();
+    let value = json(out);
     let findings = value["findings"].as_array().unwrap();
     let markers = fixture_markers();
     assert!(!markers.is_empty(), "there are lint fixtures");
@@ -451,12 +457,7 @@ fn an_unparsable_file_is_reported_and_the_others_are_still_linted() {
 
 #[test]
 fn select_and_ignore_take_codes_and_prefixes() {
-    let all = json(&run(perfkit().args([
-        "lint",
-        "fixtures/lint",
-        "--format",
-        "json",
-    ])));
+    let all = json(fixtures_json());
     let codes = |value: &Value| -> BTreeSet<String> {
         value["findings"]
             .as_array()
@@ -584,12 +585,7 @@ fn jobs_do_not_change_the_result() {
 
 #[test]
 fn github_format_writes_one_workflow_command_per_finding() {
-    let value = json(&run(perfkit().args([
-        "lint",
-        "fixtures/lint",
-        "--format",
-        "json",
-    ])));
+    let value = json(fixtures_json());
     let findings = value["findings"].as_array().unwrap();
     let out = run(perfkit().args(["lint", "fixtures/lint", "--format", "github"]));
     assert_eq!(out.code, 1);
@@ -621,12 +617,7 @@ fn github_format_writes_one_workflow_command_per_finding() {
 
 #[test]
 fn sarif_output_deserialises_as_sarif_2_1_0() {
-    let value = json(&run(perfkit().args([
-        "lint",
-        "fixtures/lint",
-        "--format",
-        "json",
-    ])));
+    let value = json(fixtures_json());
     let findings = value["findings"].as_array().unwrap();
     let catalog = json(&run(perfkit().args(["rules", "--format", "json"])));
 
