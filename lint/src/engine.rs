@@ -240,8 +240,14 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
             facts,
         });
     }
-    let analysis = CrateAnalysis::build(&job.root, &files, &job.config.step_markers);
-    let mut crate_frameworks = package_frameworks(&job.root);
+    let (mut crate_frameworks, framework_package) = package_frameworks(&job.root);
+    let analysis = CrateAnalysis::build(
+        &job.root,
+        &files,
+        &job.config.step_markers,
+        framework_package,
+    );
+    analysis.mark_test_code(&mut files);
     for file in &files {
         crate_frameworks = crate_frameworks.union(file.facts.frameworks);
     }
@@ -357,17 +363,25 @@ fn apply_suppressions(
 }
 
 /// Frameworks named in the package's `Cargo.toml` dependencies.
-fn package_frameworks(root: &Path) -> Frameworks {
+/// The frameworks a package depends on, and whether the package is itself one of them (the
+/// framework's own repository: its examples call its library as users call the published crate).
+fn package_frameworks(root: &Path) -> (Frameworks, bool) {
     let mut found = Frameworks::NONE;
     if !root.is_dir() {
-        return found;
+        return (found, false);
     }
     let Ok(text) = std::fs::read_to_string(root.join("Cargo.toml")) else {
-        return found;
+        return (found, false);
     };
     let Ok(table) = text.parse::<toml::Table>() else {
-        return found;
+        return (found, false);
     };
+    let is_framework = table
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .and_then(Framework::from_crate_name)
+        .is_some();
     let mut add_deps = |deps: Option<&toml::Value>| {
         let Some(deps) = deps.and_then(|d| d.as_table()) else {
             return;
@@ -385,7 +399,7 @@ fn package_frameworks(root: &Path) -> Frameworks {
             add_deps(target.get("dependencies"));
         }
     }
-    found
+    (found, is_framework)
 }
 
 /// Reads a file and parses it, or says why not.

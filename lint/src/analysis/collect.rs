@@ -9,7 +9,13 @@ use syn::{Expr, Token};
 use super::device::{DeviceKind, device_of_path};
 use super::frameworks::Framework;
 use super::patterns::binding_name;
-use super::{CallFact, CallRef, FileFacts, FnFact, LoopFact, SourceFile, with_ident_str};
+use super::values::{
+    Binding, TypeHint, generic_bounds, is_optimizer_builder, is_passthrough_method, is_transfer,
+    merge_devices, named_device, type_name,
+};
+use super::{
+    CallFact, CallRef, FileFacts, FnFact, LoopFact, SourceFile, StructFact, with_ident_str,
+};
 
 /// Deepest expression, type or pattern nesting the analysis follows. Deeper files are reported as
 /// errors ("nesting too deep") instead of risking the stack.
@@ -29,6 +35,9 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         loop_stack: Vec::new(),
         guard_stack: Vec::new(),
         self_ty: Vec::new(),
+        trait_of_impl: Vec::new(),
+        generics: Vec::new(),
+        scopes: Vec::new(),
         test_depth: usize::from(test_file),
         depth: 0,
         macro_depth: 0,
@@ -47,6 +56,12 @@ struct Collector<'a> {
     loop_stack: Vec<usize>,
     guard_stack: Vec<Option<usize>>,
     self_ty: Vec<Option<String>>,
+    /// The trait of each enclosing `impl Trait for Type` (None for inherent impls).
+    trait_of_impl: Vec<Option<String>>,
+    /// Generic parameters in scope with their first bound, innermost last.
+    generics: Vec<(String, String)>,
+    /// Local bindings in scope, one frame per block, function or closure.
+    scopes: Vec<Vec<Binding<'a>>>,
     test_depth: usize,
     depth: usize,
     macro_depth: usize,
@@ -299,9 +314,28 @@ impl<'a> Collector<'a> {
     }
 
     fn record_call(&mut self, call: CallRef<'a>, name: &'a str) {
+        let (recv_ty, operand_device, dest_device) = match call {
+            CallRef::Method(m) => (
+                self.infer_ty(&m.receiver),
+                self.infer_device(&m.receiver),
+                if is_transfer(name) && m.args.len() == 1 {
+                    self.infer_device(&m.args[0])
+                } else {
+                    DeviceKind::Unknown
+                },
+            ),
+            CallRef::Path(c, _) => (
+                TypeHint::Unknown,
+                merge_devices(c.args.iter().map(|a| self.infer_device(a))),
+                DeviceKind::Unknown,
+            ),
+        };
         self.facts.calls.push(CallFact {
             call,
             name,
+            recv_ty,
+            operand_device,
+            dest_device,
             fn_idx: self.current_fn(),
             loop_idx: self.loop_stack.last().copied(),
             guard: self.guard_stack.last().copied(),
@@ -324,6 +358,7 @@ impl<'a> Collector<'a> {
     fn visit_fn(
         &mut self,
         attrs: &'a [syn::Attribute],
+        is_pub: bool,
         sig: &'a syn::Signature,
         block: &'a syn::Block,
         start: Span,
@@ -347,6 +382,8 @@ impl<'a> Collector<'a> {
         self.facts.fns.push(FnFact {
             name: &sig.ident,
             self_ty: self.self_ty.last().cloned().flatten(),
+            trait_name: self.trait_of_impl.last().cloned().flatten(),
+            is_pub,
             sig,
             block,
             is_test: is_test || self.test_depth > 0,
@@ -357,13 +394,244 @@ impl<'a> Collector<'a> {
         self.test_depth += usize::from(is_test);
         let loops = std::mem::take(&mut self.loop_stack);
         let guards = std::mem::take(&mut self.guard_stack);
+        let generics_len = self.generics.len();
+        self.generics.extend(generic_bounds(&sig.generics));
+        // Parameters: their declared types (a generic's bound, `impl Trait`'s trait).
+        let mut params = Vec::new();
+        for input in &sig.inputs {
+            match input {
+                syn::FnArg::Receiver(_) => {}
+                syn::FnArg::Typed(t) => {
+                    let ty = type_name(&t.ty, &self.generics)
+                        .map(|name| TypeHint::Named(self.intern_str(&name)))
+                        .unwrap_or_default();
+                    match binding_name(&t.pat) {
+                        Some(name) => params.push(Binding {
+                            name: self.intern_str(&name),
+                            ty,
+                            device: DeviceKind::Unknown,
+                        }),
+                        None => self.bind_pattern_names(&t.pat, &mut params),
+                    }
+                }
+            }
+        }
+        // A nested fn does not see the enclosing function's locals.
+        let outer_scopes = std::mem::replace(&mut self.scopes, vec![params]);
         self.fn_stack.push(idx);
         self.visit_signature(sig);
         self.visit_block(block);
         self.fn_stack.pop();
+        self.scopes = outer_scopes;
+        self.generics.truncate(generics_len);
         self.loop_stack = loops;
         self.guard_stack = guards;
         self.test_depth -= usize::from(is_test);
+    }
+
+    fn intern_str(&self, text: &str) -> &'a str {
+        self.names.alloc_str(text)
+    }
+
+    /// Binds every identifier of a pattern with nothing known about it (it shadows outer names).
+    fn bind_pattern_names(&self, pat: &syn::Pat, out: &mut Vec<Binding<'a>>) {
+        match pat {
+            syn::Pat::Ident(p) => {
+                out.push(Binding {
+                    name: self.intern(&p.ident),
+                    ty: TypeHint::Unknown,
+                    device: DeviceKind::Unknown,
+                });
+                if let Some((_, sub)) = &p.subpat {
+                    self.bind_pattern_names(sub, out);
+                }
+            }
+            syn::Pat::Type(t) => self.bind_pattern_names(&t.pat, out),
+            syn::Pat::Reference(r) => self.bind_pattern_names(&r.pat, out),
+            syn::Pat::Paren(p) => self.bind_pattern_names(&p.pat, out),
+            syn::Pat::Tuple(t) => t.elems.iter().for_each(|p| self.bind_pattern_names(p, out)),
+            syn::Pat::TupleStruct(t) => {
+                t.elems.iter().for_each(|p| self.bind_pattern_names(p, out))
+            }
+            syn::Pat::Slice(s) => s.elems.iter().for_each(|p| self.bind_pattern_names(p, out)),
+            syn::Pat::Or(o) => o.cases.iter().for_each(|p| self.bind_pattern_names(p, out)),
+            syn::Pat::Struct(s) => s
+                .fields
+                .iter()
+                .for_each(|f| self.bind_pattern_names(&f.pat, out)),
+            _ => {}
+        }
+    }
+
+    /// Pushes the names a pattern binds into the innermost scope, nothing known about them.
+    fn shadow(&mut self, pat: &syn::Pat) {
+        let mut names = Vec::new();
+        self.bind_pattern_names(pat, &mut names);
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.extend(names);
+        }
+    }
+
+    fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
+        with_ident_str(name, |text| {
+            self.scopes
+                .iter()
+                .rev()
+                .flat_map(|scope| scope.iter().rev())
+                .find(|b| b.name == text)
+                .copied()
+        })
+    }
+
+    fn self_type(&self) -> TypeHint<'a> {
+        match self.self_ty.last() {
+            Some(Some(ty)) => TypeHint::Named(self.intern_str(ty)),
+            _ => TypeHint::Unknown,
+        }
+    }
+
+    /// The type of an expression, as far as the crate's declarations tell.
+    fn infer_ty(&self, expr: &Expr) -> TypeHint<'a> {
+        match expr {
+            Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
+                let ident = &p.path.segments[0].ident;
+                if ident == "self" {
+                    return self.self_type();
+                }
+                self.lookup(ident).map(|b| b.ty).unwrap_or_default()
+            }
+            Expr::Field(f) => {
+                let syn::Member::Named(field) = &f.member else {
+                    return TypeHint::Unknown;
+                };
+                match self.infer_ty(&f.base) {
+                    TypeHint::Named(owner) => TypeHint::Field(owner, self.intern(field)),
+                    _ => TypeHint::Unknown,
+                }
+            }
+            Expr::Reference(r) => self.infer_ty(&r.expr),
+            Expr::Paren(p) => self.infer_ty(&p.expr),
+            Expr::Group(g) => self.infer_ty(&g.expr),
+            Expr::Try(t) => self.infer_ty(&t.expr),
+            Expr::Cast(c) => type_name(&c.ty, &self.generics)
+                .map(|n| TypeHint::Named(self.intern_str(&n)))
+                .unwrap_or_default(),
+            Expr::MethodCall(m) => with_ident_str(&m.method, |name| {
+                if is_passthrough_method(name)
+                    || name.starts_with("with_")
+                    || name.starts_with("set_")
+                {
+                    return self.infer_ty(&m.receiver);
+                }
+                if matches!(name, "init" | "build" | "init_with" | "build_with") {
+                    // `AdamConfig::new().init()`, tch `nn::Adam::default().build(&vs, lr)`,
+                    // `config.optimizer.init()`.
+                    let builder = match self.infer_ty(&m.receiver) {
+                        TypeHint::Named(ty) => is_optimizer_builder(ty),
+                        TypeHint::Field(_, field) => is_optimizer_builder(field),
+                        TypeHint::Unknown => super::patterns::root_name(&m.receiver)
+                            .is_some_and(|n| n.to_ascii_lowercase().contains("optim")),
+                    };
+                    if builder {
+                        return TypeHint::Named("Optimizer");
+                    }
+                }
+                TypeHint::Unknown
+            }),
+            Expr::Call(c) => {
+                let Expr::Path(p) = &*c.func else {
+                    return TypeHint::Unknown;
+                };
+                let segs = &p.path.segments;
+                let n = segs.len();
+                let type_segment = if n >= 2 {
+                    &segs[n - 2].ident
+                } else {
+                    // A tuple struct: `Wrapper(x)`.
+                    &segs[0].ident
+                };
+                if type_segment == "Self" {
+                    return self.self_type();
+                }
+                with_ident_str(type_segment, |text| {
+                    if text.starts_with(|c: char| c.is_ascii_uppercase()) {
+                        TypeHint::Named(self.intern_str(text))
+                    } else {
+                        TypeHint::Unknown
+                    }
+                })
+            }
+            Expr::Struct(s) => match s.path.segments.last() {
+                Some(last) if last.ident == "Self" => self.self_type(),
+                Some(last) => TypeHint::Named(self.intern(&last.ident)),
+                None => TypeHint::Unknown,
+            },
+            _ => TypeHint::Unknown,
+        }
+    }
+
+    /// The device an expression's value lives on, followed through bindings, method chains,
+    /// transfers and arithmetic.
+    fn infer_device(&self, expr: &Expr) -> DeviceKind {
+        match expr {
+            Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => self
+                .lookup(&p.path.segments[0].ident)
+                .map(|b| b.device)
+                .unwrap_or(DeviceKind::Unknown),
+            Expr::Path(p) => device_of_path(&p.path),
+            Expr::Reference(r) => self.infer_device(&r.expr),
+            Expr::Paren(p) => self.infer_device(&p.expr),
+            Expr::Group(g) => self.infer_device(&g.expr),
+            Expr::Try(t) => self.infer_device(&t.expr),
+            Expr::Unary(u) => self.infer_device(&u.expr),
+            Expr::Index(i) => self.infer_device(&i.expr),
+            Expr::Binary(b) => {
+                merge_devices([self.infer_device(&b.left), self.infer_device(&b.right)])
+            }
+            Expr::Tuple(t) => merge_devices(t.elems.iter().map(|e| self.infer_device(e))),
+            Expr::MethodCall(m) => with_ident_str(&m.method, |name| {
+                if is_transfer(name) && m.args.len() == 1 {
+                    return self.infer_device(&m.args[0]);
+                }
+                match name {
+                    "cuda" if m.args.is_empty() => DeviceKind::Gpu,
+                    "cpu" if m.args.is_empty() => DeviceKind::Cpu,
+                    _ => merge_devices(
+                        std::iter::once(self.infer_device(&m.receiver))
+                            .chain(m.args.iter().map(|a| self.infer_device(a))),
+                    ),
+                }
+            }),
+            Expr::Call(c) => {
+                let Expr::Path(p) = &*c.func else {
+                    return DeviceKind::Unknown;
+                };
+                let named = named_device(expr);
+                if named != DeviceKind::Unknown {
+                    return named;
+                }
+                // tch builds `Tensor::from_slice(..)` (and friends) on the CPU.
+                let n = p.path.segments.len();
+                if n >= 2
+                    && p.path.segments[n - 2].ident == "Tensor"
+                    && self.facts.frameworks.contains(Framework::Tch)
+                    && with_ident_str(&p.path.segments[n - 1].ident, |name| {
+                        matches!(
+                            name,
+                            "from_slice"
+                                | "of_slice"
+                                | "from_slice2"
+                                | "of_slice2"
+                                | "f_from_slice"
+                        )
+                    })
+                {
+                    return DeviceKind::Cpu;
+                }
+                merge_devices(c.args.iter().map(|a| self.infer_device(a)))
+            }
+            _ => DeviceKind::Unknown,
+        }
     }
 
     fn deeper(&mut self, span: impl FnOnce() -> Span) -> bool {
@@ -385,10 +653,10 @@ fn first_span(attrs: &[syn::Attribute], fallback: Span) -> Span {
         .unwrap_or(fallback)
 }
 
-fn type_name(ty: &syn::Type) -> Option<String> {
+fn impl_type_name(ty: &syn::Type) -> Option<String> {
     match ty {
         syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
-        syn::Type::Reference(r) => type_name(&r.elem),
+        syn::Type::Reference(r) => impl_type_name(&r.elem),
         _ => None,
     }
 }
@@ -410,18 +678,22 @@ impl<'a> Visit<'a> for Collector<'a> {
 
     fn visit_item_fn(&mut self, item: &'a syn::ItemFn) {
         let start = first_span(&item.attrs, item.sig.fn_token.span);
-        self.visit_fn(&item.attrs, &item.sig, &item.block, start);
+        let is_pub = matches!(item.vis, syn::Visibility::Public(_));
+        self.visit_fn(&item.attrs, is_pub, &item.sig, &item.block, start);
     }
 
     fn visit_impl_item_fn(&mut self, item: &'a syn::ImplItemFn) {
         let start = first_span(&item.attrs, item.sig.fn_token.span);
-        self.visit_fn(&item.attrs, &item.sig, &item.block, start);
+        // A trait's method is reachable wherever the trait is.
+        let is_pub = matches!(item.vis, syn::Visibility::Public(_))
+            || self.trait_of_impl.last().is_some_and(Option::is_some);
+        self.visit_fn(&item.attrs, is_pub, &item.sig, &item.block, start);
     }
 
     fn visit_trait_item_fn(&mut self, item: &'a syn::TraitItemFn) {
         if let Some(block) = &item.default {
             let start = first_span(&item.attrs, item.sig.fn_token.span);
-            self.visit_fn(&item.attrs, &item.sig, block, start);
+            self.visit_fn(&item.attrs, true, &item.sig, block, start);
         }
     }
 
@@ -434,10 +706,67 @@ impl<'a> Visit<'a> for Collector<'a> {
                 .push(join(start, item.brace_token.span.close()));
         }
         self.test_depth += usize::from(is_test);
-        self.self_ty.push(type_name(&item.self_ty));
+        let generics_len = self.generics.len();
+        self.generics.extend(generic_bounds(&item.generics));
+        self.self_ty.push(impl_type_name(&item.self_ty));
+        self.trait_of_impl.push(
+            item.trait_
+                .as_ref()
+                .and_then(|(path, _)| path.segments.last())
+                .map(|s| s.ident.to_string()),
+        );
         visit::visit_item_impl(self, item);
+        self.trait_of_impl.pop();
         self.self_ty.pop();
+        self.generics.truncate(generics_len);
         self.test_depth -= usize::from(is_test);
+    }
+
+    fn visit_item_struct(&mut self, item: &'a syn::ItemStruct) {
+        let generics = generic_bounds(&item.generics);
+        let fields = item
+            .fields
+            .iter()
+            .filter_map(|f| {
+                let name = f.ident.as_ref()?;
+                let ty = type_name(&f.ty, &generics)?;
+                Some((self.intern(name), self.intern_str(&ty)))
+            })
+            .collect();
+        self.facts.structs.push(StructFact {
+            name: self.intern(&item.ident),
+            fields,
+        });
+        visit::visit_item_struct(self, item);
+    }
+
+    fn visit_block(&mut self, block: &'a syn::Block) {
+        self.scopes.push(Vec::new());
+        visit::visit_block(self, block);
+        self.scopes.pop();
+    }
+
+    fn visit_expr_closure(&mut self, closure: &'a syn::ExprClosure) {
+        let mut params = Vec::new();
+        for input in &closure.inputs {
+            self.bind_pattern_names(input, &mut params);
+        }
+        self.scopes.push(params);
+        visit::visit_expr_closure(self, closure);
+        self.scopes.pop();
+    }
+
+    fn visit_arm(&mut self, arm: &'a syn::Arm) {
+        self.scopes.push(Vec::new());
+        self.shadow(&arm.pat);
+        visit::visit_arm(self, arm);
+        self.scopes.pop();
+    }
+
+    fn visit_expr_let(&mut self, e: &'a syn::ExprLet) {
+        self.visit_expr(&e.expr);
+        self.visit_pat(&e.pat);
+        self.shadow(&e.pat);
     }
 
     fn visit_item_mod(&mut self, item: &'a syn::ItemMod) {
@@ -491,7 +820,10 @@ impl<'a> Visit<'a> for Collector<'a> {
         self.visit_pat(&e.pat);
         self.visit_expr(&e.expr);
         self.push_loop(e.for_token.span);
+        self.scopes.push(Vec::new());
+        self.shadow(&e.pat);
         self.visit_block(&e.body);
+        self.scopes.pop();
         self.loop_stack.pop();
     }
 
@@ -575,7 +907,33 @@ impl<'a> Visit<'a> for Collector<'a> {
         {
             self.facts.fns[f].pinned_bindings.push(name);
         }
+        // The initializer is evaluated before the new names exist (`let x = x.to_device(d)?`).
         visit::visit_local(self, local);
+        let declared = match &local.pat {
+            syn::Pat::Type(t) => type_name(&t.ty, &self.generics),
+            _ => None,
+        };
+        match binding_name(&local.pat) {
+            Some(name) => {
+                let init = local.init.as_ref().map(|i| &*i.expr);
+                let ty = match declared {
+                    Some(ty) => TypeHint::Named(self.intern_str(&ty)),
+                    None => init.map(|e| self.infer_ty(e)).unwrap_or_default(),
+                };
+                let device = init
+                    .map(|e| self.infer_device(e))
+                    .unwrap_or(DeviceKind::Unknown);
+                let binding = Binding {
+                    name: self.intern_str(&name),
+                    ty,
+                    device,
+                };
+                if let Some(scope) = self.scopes.last_mut() {
+                    scope.push(binding);
+                }
+            }
+            None => self.shadow(&local.pat),
+        }
     }
 
     fn visit_macro(&mut self, mac: &'a syn::Macro) {

@@ -7,6 +7,7 @@ pub mod device;
 pub mod frameworks;
 pub mod patterns;
 mod steps;
+pub mod values;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ pub(crate) use collect::{MAX_NESTING, collect_facts};
 pub use device::{DeviceEvidence, DeviceKind};
 pub use frameworks::{Framework, Frameworks};
 pub(crate) use steps::CrateAnalysis;
+pub use values::TypeHint;
 
 /// Index of a file in [`CrateContext::files`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,6 +81,10 @@ pub struct FnFact<'a> {
     pub name: &'a syn::Ident,
     /// The last segment of the `impl` type, for methods.
     pub self_ty: Option<String>,
+    /// The trait of the `impl Trait for Type` block the method is in (`TryFrom`, `Metric`).
+    pub trait_name: Option<String>,
+    /// Declared `pub` (or a trait's method): API that code outside the crate may call.
+    pub is_pub: bool,
     /// The signature.
     pub sig: &'a syn::Signature,
     /// The body.
@@ -184,6 +190,13 @@ pub struct CallFact<'a> {
     pub in_test: bool,
     /// Inside the arguments of a macro (`println!`, `format!`, ...).
     pub in_macro: bool,
+    /// The receiver's type, for method calls, as far as the crate declares it.
+    pub recv_ty: TypeHint<'a>,
+    /// The device of the value the call works on (the receiver of a method call, the arguments of
+    /// a path call), followed through bindings, chains, transfers and arithmetic in the function.
+    pub operand_device: DeviceKind,
+    /// For a transfer (`to_device(d)`, `to(d)`): the device of its destination.
+    pub dest_device: DeviceKind,
 }
 
 impl<'a> CallFact<'a> {
@@ -201,6 +214,15 @@ impl<'a> CallFact<'a> {
     }
 }
 
+/// A struct declared in the crate: its named fields and their type names.
+#[derive(Debug)]
+pub struct StructFact<'a> {
+    /// The struct's name.
+    pub name: &'a str,
+    /// `(field, type name)`; a generic field's type is its first trait bound.
+    pub fields: Vec<(&'a str, &'a str)>,
+}
+
 /// Everything the single visitor pass collects from one file.
 #[derive(Debug, Default)]
 pub struct FileFacts<'a> {
@@ -215,6 +237,8 @@ pub struct FileFacts<'a> {
     /// Device mentions at item level, outside functions (type aliases, consts, statics), outside
     /// test code. Mentions inside a function count for that function only.
     pub device: DeviceEvidence,
+    /// Structs declared in the file.
+    pub structs: Vec<StructFact<'a>>,
     /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).
     pub test_spans: Vec<Span>,
     /// The whole file is test code: it belongs to an integration-test or benchmark target (under
@@ -345,6 +369,21 @@ impl<'a> CrateContext<'a> {
             .flat_map(|f| f.facts.calls.iter().map(move |c| (f.id, c)))
     }
 
+    /// The output helpers of the crate (conversion impls, `save`/`write_*`/`log_*`/`print_*`
+    /// functions) that call number `index` of `file` reaches, with their files. Reach does not
+    /// continue into them: a rule that cares reports the call itself.
+    pub fn helper_targets(
+        &self,
+        file: FileId,
+        index: usize,
+    ) -> impl Iterator<Item = (FileId, &'a FnFact<'a>)> + 'a {
+        let files = self.files;
+        self.analysis
+            .helper_targets(file, index)
+            .iter()
+            .map(move |&(f, idx)| (FileId(f), &files[f].facts.fns[idx]))
+    }
+
     /// The path calls outside test code whose callee is qualified (`Type::name(..)`), with the
     /// callee path and its last two segments (`Type`, `name`) as text, in the order of
     /// [`Self::calls`].
@@ -435,6 +474,29 @@ impl<'a> CrateContext<'a> {
     /// `NdArray`/`Flex`). Item level means type aliases, consts and statics outside functions.
     pub fn is_statically_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
         self.analysis.is_statically_cpu(self, file, call)
+    }
+
+    /// Whether the destination of a transfer call (`x.to_device(d)`) is statically the CPU: the
+    /// destination's own device when known, else as [`Self::is_statically_cpu`] falls back.
+    pub fn destination_is_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
+        match call.dest_device {
+            DeviceKind::Cpu => true,
+            DeviceKind::Gpu => false,
+            DeviceKind::Unknown => self.analysis.program_is_cpu(file),
+        }
+    }
+
+    /// [`Self::device_step_loop`] for an upload: a transfer (`t.to_device(d)`) counts by its
+    /// destination's device, any other call by its operands'.
+    pub fn upload_step_loop(&self, file: FileId, call: &CallFact<'_>) -> Option<StepHit> {
+        let hit = self.step_loop(file, call)?;
+        let transfer = call.call.is_method() && values::is_transfer(call.name);
+        let on_cpu = if transfer {
+            self.destination_is_cpu(file, call)
+        } else {
+            self.is_statically_cpu(file, call)
+        };
+        (!on_cpu).then_some(hit)
     }
 
     /// [`Self::step_loop`] for work on an accelerator: also None when the device at `call` is

@@ -10,7 +10,12 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Component, Path};
 
-use super::{CallFact, CrateContext, CrateFile, FileId, StepHit, region_of, with_ident_str};
+use syn::spanned::Spanned;
+
+use super::values::is_optimizer_type;
+use super::{
+    CallFact, CrateContext, CrateFile, FileId, StepHit, TypeHint, region_of, with_ident_str,
+};
 
 /// A function of the crate: (file, index in that file's facts).
 type GlobalFn = (usize, usize);
@@ -40,6 +45,15 @@ pub(crate) struct CrateAnalysis {
     reach: Vec<Vec<Option<Reach>>>,
     /// Device evidence over the whole crate.
     crate_device: super::DeviceEvidence,
+    /// Per function of the crate (global index): test code, including functions called only
+    /// from test code.
+    test_fn: Vec<bool>,
+    /// Per file: the index of its build target in `target_device`.
+    file_target: Vec<usize>,
+    /// Per build target: device evidence of its files outside test code.
+    target_device: Vec<super::DeviceEvidence>,
+    /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
+    helper_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
 }
 
 /// The built-in step markers and those the configuration adds.
@@ -49,14 +63,66 @@ pub(crate) struct Markers<'c> {
 
 impl Markers<'_> {
     /// `loss.backward()`, `opt.backward_step(&loss)`, `opt.zero_grad()`, an optimizer's
-    /// `step`/`update`, or a configured name.
-    fn is_marker(&self, call: &CallFact<'_>) -> bool {
+    /// `step`/`update`, or a configured name. `recv` is the receiver's type as the crate declares
+    /// it: an RNN cell's, a sampler's or an environment's `step` is not an optimizer step, nor is a
+    /// metric's `update`.
+    fn is_marker(&self, call: &CallFact<'_>, recv: Option<&str>) -> bool {
+        let method = call.call.is_method();
+        let nargs = call.call.args().len();
         match call.name {
-            "backward" | "backward_step" | "zero_grad" | "zero_grad_set_to_none" => true,
-            "step" | "update" => call.call.receiver().is_some_and(is_optimizer_like),
+            // `loss.backward()`, or a hand-written backward pass (`self.backward(&x, &y)`).
+            "backward" => true,
+            // tch also has `backward_step_clip(&loss, max)` and `backward_step_clip_norm(..)`.
+            "backward_step" | "backward_step_clip" | "backward_step_clip_norm" => {
+                method && nargs >= 1
+            }
+            "zero_grad" | "zero_grad_set_to_none" => method && recv.is_none_or(is_optimizer_type),
+            // The receiver's type names an optimizer, or the receiver is named like one
+            // (`opt`, `self.optimizer`); `lstm.step`, `env.step`, `scheduler.step` and
+            // `metric.update` are neither.
+            "step" | "update" => {
+                method
+                    && (recv.is_some_and(is_optimizer_type)
+                        || call.call.receiver().is_some_and(is_optimizer_like))
+            }
             name => self.extra.iter().any(|m| m == name),
         }
     }
+}
+
+/// Struct fields of the crate: struct name -> field -> type name.
+type FieldTable<'n> = HashMap<&'n str, HashMap<&'n str, &'n str>>;
+
+/// The type name a hint stands for, with fields looked up in the crate's structs.
+fn resolve<'n>(hint: TypeHint<'n>, fields: &FieldTable<'n>) -> Option<&'n str> {
+    match hint {
+        TypeHint::Unknown => None,
+        TypeHint::Named(name) => Some(name),
+        TypeHint::Field(owner, field) => fields.get(owner)?.get(field).copied(),
+    }
+}
+
+/// Conversion and output helpers: `impl From/TryFrom/Display/Debug/Serialize`, and functions named
+/// for writing something out (`save`, `write_*`, `dump`, `print_*`, `log_*`, `plot`). Reading a tensor
+/// back is what they are for; a step loop that calls one is reported at the call (see
+/// [`CrateContext::helper_readbacks`]), never inside the helper.
+pub(crate) fn is_output_helper(f: &super::FnFact<'_>) -> bool {
+    if f.trait_name.as_deref().is_some_and(|t| {
+        matches!(
+            t,
+            "From" | "TryFrom" | "Into" | "TryInto" | "Display" | "Debug" | "Serialize" | "Write"
+        )
+    }) {
+        return true;
+    }
+    with_ident_str(f.name, |name| {
+        [
+            "save", "write", "dump", "export", "print", "display", "plot", "render", "log_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+            || name == "log"
+    })
 }
 
 /// Whether an expression names an optimizer: `opt`, `self.optimizer`, `adam`, `sgd`, `optim`.
@@ -88,6 +154,7 @@ impl CrateAnalysis {
         root: &Path,
         files: &[CrateFile<'_>],
         extra_markers: &[String],
+        framework_package: bool,
     ) -> CrateAnalysis {
         let markers = Markers {
             extra: extra_markers,
@@ -123,6 +190,44 @@ impl CrateAnalysis {
         let total_fns: usize = files.iter().map(|f| f.facts.fns.len()).sum();
         let global = |g: GlobalFn| offsets[g.0] + g.1;
 
+        // Struct fields, for `self.optim.step(..)` and `self.metric.update(..)`.
+        let mut fields: FieldTable<'_> = HashMap::new();
+        for file in files {
+            for st in &file.facts.structs {
+                let entry = fields.entry(st.name).or_default();
+                for &(field, ty) in &st.fields {
+                    entry.insert(field, ty);
+                }
+            }
+        }
+        let mut method_owner: HashMap<&str, Option<&str>> = HashMap::new();
+        let mut ambiguous = std::collections::HashSet::new();
+        for file in files {
+            for f in &file.facts.fns {
+                if f.is_test || f.sig.receiver().is_none() {
+                    continue;
+                }
+                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                let owner = f.self_ty.as_deref();
+                match method_owner.get(name) {
+                    None => {
+                        method_owner.insert(name, owner);
+                    }
+                    Some(first) if *first != owner => {
+                        ambiguous.insert(name);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let index = Index {
+            ambiguous: &ambiguous,
+            methods: &methods,
+            free: &free,
+            assoc: &assoc,
+            fields: &fields,
+        };
+
         // Which build target each file belongs to: calls resolve within a target and into the lib.
         let file_targets_of: Vec<Option<String>> =
             files.iter().map(|f| build_target(root, f.path())).collect();
@@ -134,31 +239,101 @@ impl CrateAnalysis {
             let mut file_targets = Vec::with_capacity(file.facts.calls.len());
             let mut file_markers = Vec::with_capacity(file.facts.calls.len());
             for call in &file.facts.calls {
-                let found: &[GlobalFn] = if call.in_test {
-                    &[]
-                } else {
-                    candidates(file, call, &methods, &free, &assoc)
-                };
+                let found: Cow<'_, [GlobalFn]> = candidates(file, call, &index);
                 let found = if single_target || found.is_empty() {
-                    Cow::Borrowed(found)
+                    found
                 } else {
                     Cow::Owned(
                         found
                             .iter()
                             .copied()
                             .filter(|&(tf, _)| {
-                                file_targets_of[tf].is_none()
+                                // Examples of a framework's own package use its library as
+                                // users use the published crate: its internals are not theirs.
+                                (file_targets_of[tf].is_none() && !framework_package)
                                     || file_targets_of[tf] == file_targets_of[fi]
                             })
                             .collect(),
                     )
                 };
                 file_targets.push(found);
-                file_markers.push(!call.in_test && markers.is_marker(call));
+                let recv = resolve(call.recv_ty, &fields);
+                file_markers.push(!call.in_test && markers.is_marker(call, recv));
             }
             targets.push(file_targets);
             is_marker.push(file_markers);
         }
+
+        // Test code: test items, and functions called only from test code (a helper module of
+        // `#[tokio::test]`s without `#[cfg(test)]`). Public functions are API, whoever calls them.
+        let mut test_fn: Vec<bool> = files
+            .iter()
+            .flat_map(|f| f.facts.fns.iter().map(|g| g.is_test))
+            .collect();
+        {
+            // Per function: call edges from code that is not test code (yet).
+            let mut live_callers = vec![0usize; total_fns];
+            let mut test_callers = vec![0usize; total_fns];
+            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); total_fns];
+            for (fi, file) in files.iter().enumerate() {
+                for (ci, call) in file.facts.calls.iter().enumerate() {
+                    let caller = call.fn_idx.map(|f| global((fi, f)));
+                    for &target in targets[fi][ci].iter() {
+                        let t = global(target);
+                        match caller {
+                            Some(c) if test_fn[c] || call.in_test => test_callers[t] += 1,
+                            Some(c) => {
+                                live_callers[t] += 1;
+                                edges[c].push(t);
+                            }
+                            None => live_callers[t] += 1,
+                        }
+                    }
+                }
+            }
+            let is_pub: Vec<bool> = files
+                .iter()
+                .flat_map(|f| f.facts.fns.iter().map(|g| g.is_pub))
+                .collect();
+            let mut queue: VecDeque<usize> = (0..total_fns)
+                .filter(|&g| {
+                    !test_fn[g] && !is_pub[g] && live_callers[g] == 0 && test_callers[g] > 0
+                })
+                .collect();
+            while let Some(g) = queue.pop_front() {
+                if test_fn[g] {
+                    continue;
+                }
+                test_fn[g] = true;
+                for &t in &edges[g] {
+                    live_callers[t] -= 1;
+                    test_callers[t] += 1;
+                    if !test_fn[t] && !is_pub[t] && live_callers[t] == 0 {
+                        queue.push_back(t);
+                    }
+                }
+            }
+        }
+        let helper: Vec<bool> = files
+            .iter()
+            .flat_map(|f| f.facts.fns.iter().map(is_output_helper))
+            .collect();
+        // Calls into output helpers are not followed: the call itself is what a rule reports.
+        let mut helper_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        for (fi, file_targets) in targets.iter_mut().enumerate() {
+            for (ci, found) in file_targets.iter_mut().enumerate() {
+                if found.iter().any(|&t| helper[global(t)]) {
+                    let (helpers, rest): (Vec<GlobalFn>, Vec<GlobalFn>) =
+                        found.iter().copied().partition(|&t| helper[global(t)]);
+                    helper_calls.insert((fi, ci), helpers);
+                    *found = Cow::Owned(rest);
+                }
+            }
+        }
+        // A call in test code, including the functions found above.
+        let in_test = |fi: usize, call: &CallFact<'_>| {
+            call.in_test || call.fn_idx.is_some_and(|f| test_fn[global((fi, f))])
+        };
 
         // Functions containing a marker, directly or through callees: propagate backwards.
         let mut callers: Vec<Vec<usize>> = vec![Vec::new(); total_fns];
@@ -171,7 +346,7 @@ impl CrateAnalysis {
                 let Some(caller_idx) = call.fn_idx else {
                     continue;
                 };
-                if file.facts.fns[caller_idx].is_test {
+                if in_test(fi, call) {
                     continue;
                 }
                 let caller = global((fi, caller_idx));
@@ -204,7 +379,7 @@ impl CrateAnalysis {
         for (fi, file) in files.iter().enumerate() {
             for (ci, call) in file.facts.calls.iter().enumerate() {
                 let Some(mut l) = call.loop_idx else { continue };
-                if call.in_test {
+                if in_test(fi, call) {
                     continue;
                 }
                 let marks =
@@ -252,9 +427,27 @@ impl CrateAnalysis {
                 .map(|f| vec![None; f.facts.fns.len()])
                 .collect(),
             crate_device: Default::default(),
+            test_fn: Vec::new(),
+            helper_calls: HashMap::new(),
+            file_target: Vec::new(),
+            target_device: Vec::new(),
         };
-        for file in files {
-            analysis.crate_device.merge(file.facts.device);
+        let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
+        for (fi, file) in files.iter().enumerate() {
+            let next = target_ids.len();
+            let t = *target_ids.entry(&file_targets_of[fi]).or_insert(next);
+            if t == analysis.target_device.len() {
+                analysis.target_device.push(Default::default());
+            }
+            analysis.file_target.push(t);
+            let mut evidence = file.facts.device;
+            for (idx, f) in file.facts.fns.iter().enumerate() {
+                if !test_fn[global((fi, idx))] {
+                    evidence.merge(f.device);
+                }
+            }
+            analysis.target_device[t].merge(evidence);
+            analysis.crate_device.merge(evidence);
         }
 
         // Reach: breadth-first from calls in step loops, per-step paths first so that a function
@@ -264,7 +457,7 @@ impl CrateAnalysis {
         let mut seeds_lowered = Vec::new();
         for (fi, file) in files.iter().enumerate() {
             for (ci, call) in file.facts.calls.iter().enumerate() {
-                if call.in_test || targets[fi][ci].is_empty() {
+                if in_test(fi, call) || targets[fi][ci].is_empty() {
                     continue;
                 }
                 let Some(l) = analysis.innermost_step_loop(files, fi, call.loop_idx) else {
@@ -314,7 +507,45 @@ impl CrateAnalysis {
                 }
             }
         }
+        analysis.test_fn = test_fn;
+        analysis.helper_calls = helper_calls;
         analysis
+    }
+
+    /// Marks the functions found to be test code (called only from tests) as test code in the
+    /// files' facts, so that every rule skips them as it skips `#[test]` functions.
+    pub(crate) fn mark_test_code(&self, files: &mut [CrateFile<'_>]) {
+        let mut g = 0;
+        for file in files.iter_mut() {
+            let mut marked = Vec::new();
+            for (idx, f) in file.facts.fns.iter_mut().enumerate() {
+                if self.test_fn[g] && !f.is_test {
+                    f.is_test = true;
+                    marked.push(idx);
+                }
+                g += 1;
+            }
+            if marked.is_empty() {
+                continue;
+            }
+            for call in &mut file.facts.calls {
+                if call.fn_idx.is_some_and(|f| marked.contains(&f)) {
+                    call.in_test = true;
+                }
+            }
+            for idx in marked {
+                let span = file.facts.fns[idx].block.span();
+                file.facts.test_spans.push(span);
+            }
+        }
+    }
+
+    /// The output helpers a call reaches (see [`is_output_helper`]), as (file, function index).
+    pub(crate) fn helper_targets(&self, file: FileId, call_index: usize) -> &[(usize, usize)] {
+        self.helper_calls
+            .get(&(file.0, call_index))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// Records that `f` is reached from `origin`; true when this changed anything.
@@ -431,31 +662,21 @@ impl CrateAnalysis {
         file: FileId,
         call: &CallFact<'_>,
     ) -> bool {
-        let files = cx.files();
-        let facts = &files[file.0].facts;
-        if let Some(f) = call.fn_idx {
-            // The function itself, then enclosing functions.
-            let mut at = Some(f);
-            while let Some(idx) = at {
-                let evidence = facts.fns[idx].device;
-                if !evidence.is_empty() {
-                    return evidence.is_cpu_only();
-                }
-                at = facts.fns[idx].parent;
-            }
-            // The function whose step loop calls this one.
-            if let Some(reach) = &self.reach[file.0][f] {
-                let (lf, l) = reach.origin;
-                if let Some(loop_fn) = files[lf].facts.loops[l].fn_idx {
-                    let evidence = files[lf].facts.fns[loop_fn].device;
-                    if !evidence.is_empty() {
-                        return evidence.is_cpu_only();
-                    }
-                }
-            }
+        match call.operand_device {
+            super::DeviceKind::Cpu => return true,
+            super::DeviceKind::Gpu => return false,
+            super::DeviceKind::Unknown => {}
         }
-        if !facts.device.is_empty() {
-            return facts.device.is_cpu_only();
+        let _ = cx;
+        self.program_is_cpu(file)
+    }
+
+    /// Whether the program (build target) a file belongs to names only CPU devices, or names none
+    /// and the crate names only CPU devices.
+    pub(crate) fn program_is_cpu(&self, file: FileId) -> bool {
+        let target = &self.target_device[self.file_target[file.0]];
+        if !target.is_empty() {
+            return target.is_cpu_only();
         }
         self.crate_device.is_cpu_only()
     }
@@ -529,38 +750,61 @@ fn build_target(root: &Path, path: &Path) -> Option<String> {
     }
 }
 
-/// The crate functions a call can reach by its shape: methods for `x.f()`, the impl type's functions
-/// for `Type::f()` / `Self::f()` (so `Tensor::new` never reaches the crate's own `new`s), free
-/// functions for `f()` and `module::f()`.
+/// The crate's functions, indexed for call resolution.
+struct Index<'m, 'n> {
+    methods: &'m FnIndex<'n>,
+    free: &'m FnIndex<'n>,
+    assoc: &'m HashMap<&'n str, FnIndex<'n>, BuildHasherDefault<NameHasher>>,
+    fields: &'m FieldTable<'n>,
+    /// Method names that several types of the crate define.
+    ambiguous: &'m std::collections::HashSet<&'n str>,
+}
+
+/// The crate functions a call can reach by its shape: for `x.f()`, the methods `f` of `x`'s type
+/// when the crate declares it (a trait-typed receiver, `impl Metric` or `M: Metric`, reaches no
+/// particular impl and is not followed), else the methods named `f` when they all belong to one
+/// type; the impl type's functions for `Type::f()` / `Self::f()` (so `Tensor::new` never reaches
+/// the crate's own `new`s); free functions for `f()` and `module::f()`.
 fn candidates<'m>(
     file: &CrateFile<'_>,
     call: &CallFact<'_>,
-    methods: &'m FnIndex<'_>,
-    free: &'m FnIndex<'_>,
-    assoc: &'m HashMap<&str, FnIndex<'_>, BuildHasherDefault<NameHasher>>,
-) -> &'m [GlobalFn] {
-    let lookup = |index: &'m FnIndex<'_>| index.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
+    index: &Index<'m, '_>,
+) -> Cow<'m, [GlobalFn]> {
+    let lookup = |map: &'m FnIndex<'_>| map.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
     if call.call.is_method() {
-        return lookup(methods);
+        if let Some(ty) = resolve(call.recv_ty, index.fields) {
+            return Cow::Borrowed(index.assoc.get(ty).map(lookup).unwrap_or(&[]));
+        }
+        let all = lookup(index.methods);
+        if all.is_empty() {
+            return Cow::Borrowed(all);
+        }
+        // An unknown receiver: follow only when one type defines the method (several types, as
+        // with a trait implemented by every metric, is dynamic dispatch the syntax cannot settle).
+        if index.ambiguous.contains(call.name) {
+            return Cow::Borrowed(&[]);
+        }
+        return Cow::Borrowed(all);
     }
     let Some(qualifier) = call.call.qualifier() else {
-        return lookup(free);
+        return Cow::Borrowed(lookup(index.free));
     };
     if qualifier == "Self" {
         // The caller's impl type; outside an impl, nothing.
-        return call
-            .fn_idx
-            .and_then(|f| file.facts.fns[f].self_ty.as_deref())
-            .and_then(|ty| assoc.get(ty))
-            .map(lookup)
-            .unwrap_or(&[]);
+        return Cow::Borrowed(
+            call.fn_idx
+                .and_then(|f| file.facts.fns[f].self_ty.as_deref())
+                .and_then(|ty| index.assoc.get(ty))
+                .map(lookup)
+                .unwrap_or(&[]),
+        );
     }
     with_ident_str(qualifier, |q| {
-        if q.starts_with(|c: char| c.is_ascii_uppercase()) {
-            assoc.get(q).map(lookup).unwrap_or(&[])
+        Cow::Borrowed(if q.starts_with(|c: char| c.is_ascii_uppercase()) {
+            index.assoc.get(q).map(lookup).unwrap_or(&[])
         } else {
             // `module::f()`, `crate::train::f()`.
-            lookup(free)
-        }
+            lookup(index.free)
+        })
     })
 }

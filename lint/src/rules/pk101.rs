@@ -48,6 +48,12 @@ impl Rule for HostReadbackInStepLoop {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        for crate_file in cx.files() {
+            let file = crate_file.id;
+            for (index, call) in crate_file.facts.calls.iter().enumerate() {
+                helper_readback(cx, file, index, call, out);
+            }
+        }
         for (file, call) in cx.calls() {
             let Some(what) = readback(cx, file, call) else {
                 continue;
@@ -67,6 +73,59 @@ impl Rule for HostReadbackInStepLoop {
             .in_step_loop(cx, &hit);
             out.push(finding);
         }
+    }
+}
+
+/// A step loop that calls an output helper (`log_loss(&loss)`, `save_image(&t, ..)`) which reads a
+/// tensor back: reported at the call, where the fix goes (call it every N steps), not inside the
+/// helper, whose purpose the readback is.
+fn helper_readback(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    index: usize,
+    call: &CallFact<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let mut helpers = cx.helper_targets(file, index).peekable();
+    if helpers.peek().is_none() {
+        return;
+    }
+    let Some(hit) = cx.device_step_loop(file, call) else {
+        return;
+    };
+    for (helper_file, helper) in helpers {
+        let fn_idx = cx
+            .file(helper_file)
+            .facts
+            .fns
+            .iter()
+            .position(|f| std::ptr::eq(f, helper));
+        let inner =
+            cx.file(helper_file).facts.calls.iter().find(|c| {
+                c.fn_idx == fn_idx && !c.in_test && readback(cx, helper_file, c).is_some()
+            });
+        let Some(inner) = inner else { continue };
+        let what = readback(cx, helper_file, inner).unwrap_or_default();
+        let at = format!(
+            "{}:{}",
+            cx.file(helper_file).path().display(),
+            cx.region(inner.call.name_span()).line
+        );
+        out.push(
+            Finding::new(
+                file,
+                cx.region(call.call.name_span()),
+                format!(
+                    "`{}` reads a tensor back to the host inside the step loop",
+                    call.shown()
+                ),
+                "call it after the loop or every N steps, or keep the value on the device \
+                 (accumulate it in a tensor) until then",
+            )
+            .with_note(format!("it calls `{what}` at {at}"))
+            .in_step_loop(cx, &hit),
+        );
+        return;
     }
 }
 

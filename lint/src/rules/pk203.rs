@@ -108,7 +108,12 @@ impl Rule for PerSampleUpload {
                     continue;
                 };
                 // Host tensors: nothing is uploaded.
-                if cx.is_statically_cpu(file.id, call) {
+                let on_cpu = if call.call.is_method() && !raw {
+                    cx.destination_is_cpu(file.id, call)
+                } else {
+                    cx.is_statically_cpu(file.id, call)
+                };
+                if on_cpu {
                     continue;
                 }
                 let join_line = cx.region(join.call.name_span()).line;
@@ -139,23 +144,47 @@ impl Rule for PerSampleUpload {
                     );
                     continue;
                 }
+                // Per-sample uploads cost per step only where batches are made for training: a
+                // batcher or collate function, or code a step loop runs. A model's forward pass
+                // that uploads a fixed handful of tensors, or an inference example that embeds a
+                // few sentences, is not a data pipeline.
+                let hit = cx.step_loop(file.id, call);
+                if hit.is_none() && !is_batching_fn(cx, file.id, call) {
+                    continue;
+                }
                 let what = call.shown();
-                out.push(
-                    Finding::new(
-                        file.id,
-                        cx.region(call.call.name_span()),
-                        format!("`{what}` uploads one sample at a time before the batch is joined"),
-                        "gather the samples into one host buffer and upload the whole batch with \
-                         a single constructor call",
-                    )
-                    .with_note(format!(
-                        "the per-sample tensors are joined with `Tensor::{}` at line {join_line}",
-                        join.name
-                    )),
-                );
+                let mut finding = Finding::new(
+                    file.id,
+                    cx.region(call.call.name_span()),
+                    format!("`{what}` uploads one sample at a time before the batch is joined"),
+                    "gather the samples into one host buffer and upload the whole batch with a \
+                     single constructor call",
+                )
+                .with_note(format!(
+                    "the per-sample tensors are joined with `Tensor::{}` at line {join_line}",
+                    join.name
+                ));
+                if let Some(hit) = &hit {
+                    finding = finding.in_step_loop(cx, hit);
+                }
+                out.push(finding);
             }
         }
     }
+}
+
+/// Whether a call sits in a function that makes batches: a `Batcher`/collate implementation
+/// (burn `impl Batcher for .. { fn batch }`, a `collate` function).
+fn is_batching_fn(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> bool {
+    let Some(f) = cx.fn_of(file, call) else {
+        return false;
+    };
+    let by_trait = f
+        .trait_name
+        .as_deref()
+        .is_some_and(|t| t.contains("Batcher") || t.contains("Collate"));
+    let name = f.name.to_string();
+    by_trait || name.contains("collate") || name == "batch" || name.starts_with("make_batch")
 }
 
 /// A raw cudarc host-to-device copy into a new buffer: `stream.clone_htod(&host[..])`

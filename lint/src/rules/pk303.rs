@@ -58,7 +58,7 @@ impl Rule for PageableUploadInStepLoop {
             };
             // Uploading before the loop (the whole data set, once) is the cure, not the problem; a CPU
             // "device" has no transfer at all.
-            let Some(hit) = cx.device_step_loop(file, call) else {
+            let Some(hit) = cx.upload_step_loop(file, call) else {
                 continue;
             };
             let what = call.shown();
