@@ -3,7 +3,7 @@
 use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
-use crate::analysis::{CallFact, CallRef, CrateContext, CrateFile};
+use crate::analysis::{CallFact, CallRef, CrateContext, CrateFile, DeviceKind};
 use crate::rules::pk201::strip_result;
 use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
@@ -19,10 +19,13 @@ crate::declare_rule! {
     ///
     /// Not flagged: an ordinal that is not a literal (a rank, a configuration value); a function that
     /// also checks for a GPU (`cuda_is_available()`, `Cuda::is_available()`, `cuda_if_available`,
-    /// `CudaContext::device_count()`, `is_culib_present()`, `Device::enumerate(..)`) or mentions a
-    /// CPU device as fallback; a call whose error is handled by `unwrap_or`, `unwrap_or_else`,
-    /// `or_else`, `or` or `ok`; match patterns; test code. The check is per function: a check in the
-    /// caller is not seen.
+    /// `CudaContext::device_count()`, `is_culib_present()`, `Device::enumerate(..)`); a CPU device
+    /// offered as the alternative for the same value (the other branch of an `if`/`else` or `match`
+    /// that picks the device); a call whose error is handled (`unwrap_or`, `unwrap_or_else`,
+    /// `or_else`, `or`, `ok`, `if let Ok(..) =`, `match`); constant definitions (`pub const
+    /// FLOAT_CUDA: .. = (.., Device::Cuda(0))` is a definition; its uses are checked); match
+    /// patterns; test code. A CPU device elsewhere in the function does not silence it. The check is
+    /// per function: a check in the caller is not seen.
     ///
     /// ## Why is this bad?
     /// The program cannot run where GPU 0 does not exist: on a laptop or CI runner without a GPU it
@@ -74,7 +77,16 @@ impl Rule for HardcodedCudaDevice {
                 if expr.args.len() != 1 {
                     continue;
                 }
-                if fn_has_fallback(crate_file, call.fn_idx) || error_is_handled(crate_file, call) {
+                // A definition (`const`, `static` at item level) is not a choice of device: its uses
+                // may be.
+                let Some(fn_idx) = call.fn_idx else {
+                    continue;
+                };
+                let at = call.call.span().byte_range();
+                if fn_checks_for_gpu(crate_file, fn_idx)
+                    || error_is_handled(crate_file, call)
+                    || has_cpu_alternative(crate_file, fn_idx, at)
+                {
                     continue;
                 }
                 out.push(Finding::new(
@@ -167,19 +179,102 @@ fn is_availability_check(call: &CallFact<'_>) -> bool {
     }
 }
 
-/// The function checks for a GPU, or names a CPU device it can fall back to.
-fn fn_has_fallback(file: &CrateFile<'_>, fn_idx: Option<usize>) -> bool {
-    let Some(f) = fn_idx else {
-        // Item level (`const`, `static`): nothing can check.
-        return false;
-    };
-    if file.facts.fns[f].device.cpu > 0 {
-        return true;
-    }
+/// The function checks that a GPU is there (`cuda_is_available()`, `device_count()`, ...).
+fn fn_checks_for_gpu(file: &CrateFile<'_>, f: usize) -> bool {
     file.facts
         .calls
         .iter()
         .any(|c| c.fn_idx == Some(f) && is_availability_check(c))
+}
+
+/// Whether the device at byte range `at` of function `f` has a CPU alternative for the same value:
+/// another branch of an enclosing `if`/`else` or `match` evaluates to a CPU device
+/// (`if cuda { Device::new_cuda(0)? } else { Device::Cpu }`), or the call is what an `if let` or
+/// `match` tests (`if let Ok(dev) = Device::new_cuda(0) { .. }`). A CPU device elsewhere in the
+/// function (a comparison tensor, a snapshot buffer) is not an alternative.
+fn has_cpu_alternative(file: &CrateFile<'_>, f: usize, at: std::ops::Range<usize>) -> bool {
+    let mut finder = Alternatives { at, found: false };
+    finder.visit_block(file.facts.fns[f].block);
+    finder.found
+}
+
+struct Alternatives {
+    at: std::ops::Range<usize>,
+    found: bool,
+}
+
+impl Alternatives {
+    fn contains(&self, node: &impl Spanned) -> bool {
+        let range = node.span().byte_range();
+        range.start <= self.at.start && self.at.end <= range.end
+    }
+    fn is_target(&self, expr: &syn::Expr) -> bool {
+        strip_result(expr).span().byte_range() == self.at
+    }
+}
+
+impl<'ast> Visit<'ast> for Alternatives {
+    fn visit_expr_if(&mut self, e: &'ast syn::ExprIf) {
+        if let Some((_, other)) = &e.else_branch {
+            if self.contains(&e.then_branch) && value_is_cpu_expr(other) {
+                self.found = true;
+            }
+            if self.contains(&**other) && value_is_cpu_block(&e.then_branch) {
+                self.found = true;
+            }
+        }
+        visit::visit_expr_if(self, e);
+    }
+
+    fn visit_expr_let(&mut self, e: &'ast syn::ExprLet) {
+        // `if let Ok(dev) = Device::new_cuda(0)`: the failure takes the other path.
+        if self.is_target(&e.expr) {
+            self.found = true;
+        }
+        visit::visit_expr_let(self, e);
+    }
+
+    fn visit_expr_match(&mut self, e: &'ast syn::ExprMatch) {
+        if self.is_target(&e.expr) {
+            self.found = true;
+        }
+        if let Some(mine) = e.arms.iter().position(|arm| self.contains(&*arm.body))
+            && e.arms
+                .iter()
+                .enumerate()
+                .any(|(i, arm)| i != mine && value_is_cpu_expr(&arm.body))
+        {
+            self.found = true;
+        }
+        visit::visit_expr_match(self, e);
+    }
+}
+
+/// Whether an expression evaluates to a CPU device: `Device::Cpu`, `Ok(Device::Cpu)`, a block or
+/// `if` whose value is one.
+fn value_is_cpu_expr(expr: &syn::Expr) -> bool {
+    match expr {
+        syn::Expr::Block(b) => value_is_cpu_block(&b.block),
+        syn::Expr::If(i) => {
+            value_is_cpu_block(&i.then_branch)
+                || i.else_branch
+                    .as_ref()
+                    .is_some_and(|(_, e)| value_is_cpu_expr(e))
+        }
+        syn::Expr::Paren(p) => value_is_cpu_expr(&p.expr),
+        syn::Expr::Return(r) => r.expr.as_deref().is_some_and(value_is_cpu_expr),
+        syn::Expr::Call(c) if matches!(&*c.func, syn::Expr::Path(p) if p.path.is_ident("Ok") || p.path.is_ident("Some")) => {
+            c.args.first().is_some_and(value_is_cpu_expr)
+        }
+        _ => crate::analysis::device::device_of_expr(expr) == DeviceKind::Cpu,
+    }
+}
+
+fn value_is_cpu_block(block: &syn::Block) -> bool {
+    match block.stmts.last() {
+        Some(syn::Stmt::Expr(e, None)) => value_is_cpu_expr(e),
+        _ => false,
+    }
 }
 
 /// `Device::new_cuda(0).unwrap_or(Device::Cpu)`, `CudaContext::new(0).ok()?`: the failure is handled.
@@ -217,9 +312,14 @@ fn kind_constants(cx: &CrateContext<'_>, crate_file: &CrateFile<'_>, out: &mut V
             continue;
         }
         let at = span.byte_range().start;
-        // The innermost function around the constant.
-        let fn_idx = crate_file.facts.innermost_fn(at);
-        if fn_has_fallback(crate_file, fn_idx) {
+        // The innermost function around the constant; a constant defined in terms of another
+        // (`const DEV: (Kind, Device) = kind::FLOAT_CUDA;`) is a definition, not a choice.
+        let Some(fn_idx) = crate_file.facts.innermost_fn(at) else {
+            continue;
+        };
+        if fn_checks_for_gpu(crate_file, fn_idx)
+            || has_cpu_alternative(crate_file, fn_idx, span.byte_range())
+        {
             continue;
         }
         let name = path
