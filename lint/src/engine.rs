@@ -252,6 +252,7 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         crate_frameworks = crate_frameworks.union(file.facts.frameworks);
     }
     let cx = CrateContext {
+        root: &job.root,
         files: &files,
         config: &job.config,
         analysis: &analysis,

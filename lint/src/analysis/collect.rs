@@ -10,11 +10,12 @@ use super::device::{DeviceKind, device_of_path};
 use super::frameworks::Framework;
 use super::patterns::binding_name;
 use super::values::{
-    Binding, TypeHint, generic_bounds, is_optimizer_builder, is_passthrough_method, is_transfer,
-    merge_devices, named_device, type_name,
+    Binding, Dev, DevSym, TypeHint, generic_bounds, is_optimizer_builder, is_passthrough_method,
+    is_transfer, merge_devs, named_device, type_name,
 };
 use super::{
-    CallFact, CallRef, FileFacts, FnFact, LoopFact, SourceFile, StructFact, with_ident_str,
+    CallFact, CallRef, FileFacts, FnFact, GuardKind, LoopFact, SourceFile, StructFact,
+    with_ident_str,
 };
 
 /// Deepest expression, type or pattern nesting the analysis follows. Deeper files are reported as
@@ -54,7 +55,8 @@ struct Collector<'a> {
     facts: FileFacts<'a>,
     fn_stack: Vec<usize>,
     loop_stack: Vec<usize>,
-    guard_stack: Vec<Option<usize>>,
+    /// Guards around the code being visited: the innermost loop around each guard, and its kind.
+    guard_stack: Vec<(Option<usize>, GuardKind)>,
     self_ty: Vec<Option<String>>,
     /// The trait of each enclosing `impl Trait for Type` (None for inherent impls).
     trait_of_impl: Vec<Option<String>>,
@@ -167,6 +169,38 @@ fn is_modulo_guard(cond: &Expr) -> bool {
         Expr::MethodCall(m) => m.method == "is_multiple_of",
         _ => false,
     }
+}
+
+/// A block that ends by leaving: `return ..`, `continue`, `break`.
+fn exits_early(block: &syn::Block) -> bool {
+    match block.stmts.last() {
+        Some(syn::Stmt::Expr(e, _)) => {
+            matches!(e, Expr::Return(_) | Expr::Continue(_) | Expr::Break(_))
+        }
+        _ => false,
+    }
+}
+
+/// A condition that is an opt-in output option: a boolean field or variable named for debug or
+/// output (`settings.save_train_mask`, `args.debug`, `verbose`, `self.dump_images`).
+fn is_output_flag(cond: &Expr) -> bool {
+    let ident = match cond {
+        Expr::Path(p) if p.path.segments.len() == 1 => &p.path.segments[0].ident,
+        Expr::Field(f) => match &f.member {
+            syn::Member::Named(ident) => ident,
+            syn::Member::Unnamed(_) => return false,
+        },
+        Expr::Paren(p) => return is_output_flag(&p.expr),
+        _ => return false,
+    };
+    with_ident_str(ident, |name| {
+        let lower = name.to_ascii_lowercase();
+        [
+            "debug", "verbose", "dump", "save", "visual", "plot", "trace", "show", "print",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
+    })
 }
 
 fn is_rem(expr: &Expr) -> bool {
@@ -314,31 +348,40 @@ impl<'a> Collector<'a> {
     }
 
     fn record_call(&mut self, call: CallRef<'a>, name: &'a str) {
-        let (recv_ty, operand_device, dest_device) = match call {
+        let (recv_ty, operand, dest) = match call {
             CallRef::Method(m) => (
                 self.infer_ty(&m.receiver),
-                self.infer_device(&m.receiver),
+                self.infer_dev(&m.receiver),
                 if is_transfer(name) && m.args.len() == 1 {
-                    self.infer_device(&m.args[0])
+                    self.infer_dev(&m.args[0])
                 } else {
-                    DeviceKind::Unknown
+                    Dev::UNKNOWN
                 },
             ),
             CallRef::Path(c, _) => (
                 TypeHint::Unknown,
-                merge_devices(c.args.iter().map(|a| self.infer_device(a))),
-                DeviceKind::Unknown,
+                merge_devs(c.args.iter().map(|a| self.infer_dev(a))),
+                Dev::UNKNOWN,
             ),
         };
+        // The devices of the arguments, for the crate-wide parameter analysis.
+        let args = call.args();
+        if !args.is_empty() {
+            let devs = args.iter().map(|a| self.infer_dev(a)).collect();
+            self.facts.arg_devs.push((self.facts.calls.len(), devs));
+        }
         self.facts.calls.push(CallFact {
             call,
             name,
             recv_ty,
-            operand_device,
-            dest_device,
+            operand_device: operand.kind,
+            operand_sym: operand.sym,
+            dest_device: dest.kind,
+            dest_sym: dest.sym,
             fn_idx: self.current_fn(),
             loop_idx: self.loop_stack.last().copied(),
-            guard: self.guard_stack.last().copied(),
+            guard: self.guard_stack.last().map(|g| g.0),
+            guard_kind: self.guard_stack.last().map_or(GuardKind::Modulo, |g| g.1),
             in_test: self.test_depth > 0,
             in_macro: self.macro_depth > 0,
         });
@@ -398,6 +441,7 @@ impl<'a> Collector<'a> {
         self.generics.extend(generic_bounds(&sig.generics));
         // Parameters: their declared types (a generic's bound, `impl Trait`'s trait).
         let mut params = Vec::new();
+        let mut position = 0;
         for input in &sig.inputs {
             match input {
                 syn::FnArg::Receiver(_) => {}
@@ -406,13 +450,19 @@ impl<'a> Collector<'a> {
                         .map(|name| TypeHint::Named(self.intern_str(&name)))
                         .unwrap_or_default();
                     match binding_name(&t.pat) {
+                        // Its device is what the crate's callers pass.
                         Some(name) => params.push(Binding {
                             name: self.intern_str(&name),
                             ty,
-                            device: DeviceKind::Unknown,
+                            dev: Dev {
+                                kind: DeviceKind::Unknown,
+                                sym: Some(DevSym::Param(position)),
+                            },
+                            modulo: false,
                         }),
                         None => self.bind_pattern_names(&t.pat, &mut params),
                     }
+                    position += 1;
                 }
             }
         }
@@ -429,6 +479,49 @@ impl<'a> Collector<'a> {
         self.test_depth -= usize::from(is_test);
     }
 
+    /// What kind of guard an `if` condition is: `step % N == 0` (or a binding computed with `%`),
+    /// or an opt-in output flag (`if settings.save_images`, `if args.debug`).
+    fn guard_kind(&self, cond: &Expr) -> Option<GuardKind> {
+        if is_modulo_guard(cond) || self.mentions_modulo(cond) {
+            return Some(GuardKind::Modulo);
+        }
+        is_output_flag(cond).then_some(GuardKind::Flag)
+    }
+
+    /// Whether an expression computes with `%` / `is_multiple_of`, directly or through a local
+    /// bound to such a computation.
+    fn mentions_modulo(&self, expr: &Expr) -> bool {
+        struct Finder<'c, 'a> {
+            collector: &'c Collector<'a>,
+            found: bool,
+        }
+        impl<'ast> Visit<'ast> for Finder<'_, '_> {
+            fn visit_bin_op(&mut self, op: &'ast syn::BinOp) {
+                self.found |= matches!(op, syn::BinOp::Rem(_));
+            }
+            fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+                self.found |= m.method == "is_multiple_of" || m.method == "rem_euclid";
+                visit::visit_expr_method_call(self, m);
+            }
+            fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+                if p.path.segments.len() == 1
+                    && let Some(b) = self.collector.lookup(&p.path.segments[0].ident)
+                {
+                    self.found |= b.modulo;
+                }
+            }
+            fn visit_expr_closure(&mut self, c: &'ast syn::ExprClosure) {
+                visit::visit_expr_closure(self, c);
+            }
+        }
+        let mut finder = Finder {
+            collector: self,
+            found: false,
+        };
+        finder.visit_expr(expr);
+        finder.found
+    }
+
     fn intern_str(&self, text: &str) -> &'a str {
         self.names.alloc_str(text)
     }
@@ -440,7 +533,8 @@ impl<'a> Collector<'a> {
                 out.push(Binding {
                     name: self.intern(&p.ident),
                     ty: TypeHint::Unknown,
-                    device: DeviceKind::Unknown,
+                    dev: Dev::UNKNOWN,
+                    modulo: false,
                 });
                 if let Some((_, sub)) = &p.subpat {
                     self.bind_pattern_names(sub, out);
@@ -571,44 +665,57 @@ impl<'a> Collector<'a> {
     }
 
     /// The device an expression's value lives on, followed through bindings, method chains,
-    /// transfers and arithmetic.
-    fn infer_device(&self, expr: &Expr) -> DeviceKind {
+    /// transfers and arithmetic; symbolic where a parameter or a struct field decides.
+    fn infer_dev(&self, expr: &Expr) -> Dev<'a> {
         match expr {
+            // A local, else an imported constant (`FLOAT_CPU`).
             Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => self
                 .lookup(&p.path.segments[0].ident)
-                .map(|b| b.device)
-                .unwrap_or(DeviceKind::Unknown),
-            Expr::Path(p) => device_of_path(&p.path),
-            Expr::Reference(r) => self.infer_device(&r.expr),
-            Expr::Paren(p) => self.infer_device(&p.expr),
-            Expr::Group(g) => self.infer_device(&g.expr),
-            Expr::Try(t) => self.infer_device(&t.expr),
-            Expr::Unary(u) => self.infer_device(&u.expr),
-            Expr::Index(i) => self.infer_device(&i.expr),
-            Expr::Binary(b) => {
-                merge_devices([self.infer_device(&b.left), self.infer_device(&b.right)])
-            }
-            Expr::Tuple(t) => merge_devices(t.elems.iter().map(|e| self.infer_device(e))),
+                .map(|b| b.dev)
+                .unwrap_or_else(|| Dev::known(device_of_path(&p.path))),
+            Expr::Path(p) => Dev::known(device_of_path(&p.path)),
+            // `self.device`, `config.device`: the crate's struct literals decide.
+            Expr::Field(f) => match (&f.member, self.infer_ty(&f.base)) {
+                (syn::Member::Named(field), TypeHint::Named(owner)) => Dev {
+                    kind: DeviceKind::Unknown,
+                    sym: Some(DevSym::Field(owner, self.intern(field))),
+                },
+                _ => Dev::UNKNOWN,
+            },
+            // `tch::no_grad(|| model(&xs))`: the closure's value.
+            Expr::Closure(c) => self.infer_dev(&c.body),
+            Expr::Block(b) => match b.block.stmts.last() {
+                Some(syn::Stmt::Expr(e, None)) => self.infer_dev(e),
+                _ => Dev::UNKNOWN,
+            },
+            Expr::Reference(r) => self.infer_dev(&r.expr),
+            Expr::Paren(p) => self.infer_dev(&p.expr),
+            Expr::Group(g) => self.infer_dev(&g.expr),
+            Expr::Try(t) => self.infer_dev(&t.expr),
+            Expr::Unary(u) => self.infer_dev(&u.expr),
+            Expr::Index(i) => self.infer_dev(&i.expr),
+            Expr::Binary(b) => merge_devs([self.infer_dev(&b.left), self.infer_dev(&b.right)]),
+            Expr::Tuple(t) => merge_devs(t.elems.iter().map(|e| self.infer_dev(e))),
             Expr::MethodCall(m) => with_ident_str(&m.method, |name| {
                 if is_transfer(name) && m.args.len() == 1 {
-                    return self.infer_device(&m.args[0]);
+                    return self.infer_dev(&m.args[0]);
                 }
                 match name {
-                    "cuda" if m.args.is_empty() => DeviceKind::Gpu,
-                    "cpu" if m.args.is_empty() => DeviceKind::Cpu,
-                    _ => merge_devices(
-                        std::iter::once(self.infer_device(&m.receiver))
-                            .chain(m.args.iter().map(|a| self.infer_device(a))),
+                    "cuda" if m.args.is_empty() => Dev::known(DeviceKind::Gpu),
+                    "cpu" if m.args.is_empty() => Dev::known(DeviceKind::Cpu),
+                    _ => merge_devs(
+                        std::iter::once(self.infer_dev(&m.receiver))
+                            .chain(m.args.iter().map(|a| self.infer_dev(a))),
                     ),
                 }
             }),
             Expr::Call(c) => {
                 let Expr::Path(p) = &*c.func else {
-                    return DeviceKind::Unknown;
+                    return Dev::UNKNOWN;
                 };
                 let named = named_device(expr);
                 if named != DeviceKind::Unknown {
-                    return named;
+                    return Dev::known(named);
                 }
                 // tch builds `Tensor::from_slice(..)` (and friends) on the CPU.
                 let n = p.path.segments.len();
@@ -626,11 +733,11 @@ impl<'a> Collector<'a> {
                         )
                     })
                 {
-                    return DeviceKind::Cpu;
+                    return Dev::known(DeviceKind::Cpu);
                 }
-                merge_devices(c.args.iter().map(|a| self.infer_device(a)))
+                merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
             }
-            _ => DeviceKind::Unknown,
+            _ => Dev::UNKNOWN,
         }
     }
 
@@ -722,6 +829,30 @@ impl<'a> Visit<'a> for Collector<'a> {
         self.test_depth -= usize::from(is_test);
     }
 
+    fn visit_expr_struct(&mut self, e: &'a syn::ExprStruct) {
+        // `Self { device, .. }`, `Trainer { device: dev.clone(), .. }`: what the crate stores in
+        // a struct's fields decides the device of `self.device` wherever it is read.
+        let owner = match e.path.segments.last() {
+            Some(last) if last.ident == "Self" => self.self_type().name(),
+            Some(last) => Some(self.intern(&last.ident)),
+            None => None,
+        };
+        if let Some(owner) = owner {
+            for field in &e.fields {
+                if let syn::Member::Named(name) = &field.member {
+                    let dev = self.infer_dev(&field.expr);
+                    self.facts.field_inits.push(super::FieldInit {
+                        owner,
+                        field: self.intern(name),
+                        dev,
+                        fn_idx: self.current_fn(),
+                    });
+                }
+            }
+        }
+        visit::visit_expr_struct(self, e);
+    }
+
     fn visit_item_struct(&mut self, item: &'a syn::ItemStruct) {
         let generics = generic_bounds(&item.generics);
         let fields = item
@@ -742,7 +873,23 @@ impl<'a> Visit<'a> for Collector<'a> {
 
     fn visit_block(&mut self, block: &'a syn::Block) {
         self.scopes.push(Vec::new());
-        visit::visit_block(self, block);
+        // `if step % every != 0 { return Ok(()); }` (or `continue`) guards the rest of the block.
+        let mut guards = 0;
+        for stmt in &block.stmts {
+            self.visit_stmt(stmt);
+            if let syn::Stmt::Expr(Expr::If(e), _) = stmt
+                && e.else_branch.is_none()
+                && exits_early(&e.then_branch)
+                && self.mentions_modulo(&e.cond)
+            {
+                self.guard_stack
+                    .push((self.loop_stack.last().copied(), GuardKind::EarlyReturn));
+                guards += 1;
+            }
+        }
+        for _ in 0..guards {
+            self.guard_stack.pop();
+        }
         self.scopes.pop();
     }
 
@@ -821,7 +968,16 @@ impl<'a> Visit<'a> for Collector<'a> {
         self.visit_expr(&e.expr);
         self.push_loop(e.for_token.span);
         self.scopes.push(Vec::new());
-        self.shadow(&e.pat);
+        // The items live where the collection does (`for (x, y) in batches.iter()`).
+        let dev = self.infer_dev(&e.expr);
+        let mut names = Vec::new();
+        self.bind_pattern_names(&e.pat, &mut names);
+        for binding in &mut names {
+            binding.dev = dev;
+        }
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.extend(names);
+        }
         self.visit_block(&e.body);
         self.scopes.pop();
         self.loop_stack.pop();
@@ -842,8 +998,9 @@ impl<'a> Visit<'a> for Collector<'a> {
 
     fn visit_expr_if(&mut self, e: &'a syn::ExprIf) {
         self.visit_expr(&e.cond);
-        if is_modulo_guard(&e.cond) {
-            self.guard_stack.push(self.loop_stack.last().copied());
+        if let Some(kind) = self.guard_kind(&e.cond) {
+            self.guard_stack
+                .push((self.loop_stack.last().copied(), kind));
             self.visit_block(&e.then_branch);
             self.guard_stack.pop();
         } else {
@@ -920,19 +1077,34 @@ impl<'a> Visit<'a> for Collector<'a> {
                     Some(ty) => TypeHint::Named(self.intern_str(&ty)),
                     None => init.map(|e| self.infer_ty(e)).unwrap_or_default(),
                 };
-                let device = init
-                    .map(|e| self.infer_device(e))
-                    .unwrap_or(DeviceKind::Unknown);
+                let dev = init.map(|e| self.infer_dev(e)).unwrap_or(Dev::UNKNOWN);
+                let modulo = init.is_some_and(|e| self.mentions_modulo(e));
                 let binding = Binding {
                     name: self.intern_str(&name),
                     ty,
-                    device,
+                    dev,
+                    modulo,
                 };
                 if let Some(scope) = self.scopes.last_mut() {
                     scope.push(binding);
                 }
             }
-            None => self.shadow(&local.pat),
+            None => {
+                // `let (critic, actor) = model(&obs);`: every part lives where the value does.
+                let dev = local
+                    .init
+                    .as_ref()
+                    .map(|i| self.infer_dev(&i.expr))
+                    .unwrap_or(Dev::UNKNOWN);
+                let mut names = Vec::new();
+                self.bind_pattern_names(&local.pat, &mut names);
+                for binding in &mut names {
+                    binding.dev = dev;
+                }
+                if let Some(scope) = self.scopes.last_mut() {
+                    scope.extend(names);
+                }
+            }
         }
     }
 

@@ -67,10 +67,21 @@ pub fn device_of_path(path: &Path) -> DeviceKind {
         // burn's current `Device::cpu()`, `Device::flex()`, `Device::ndarray()`.
         "cpu" | "flex" | "ndarray" if prev_is("Device") => DeviceKind::Cpu,
         "Mps" if prev_is("Device") => DeviceKind::Gpu,
-        _ if text.ends_with("_CPU") && prev_is("kind") => DeviceKind::Cpu,
-        _ if text.ends_with("_CUDA") && prev_is("kind") => DeviceKind::Gpu,
+        // tch `kind::FLOAT_CPU`, or the constant imported (`use tch::kind::FLOAT_CPU;`).
+        _ if text.ends_with("_CPU") && (prev_is("kind") || (n == 1 && is_constant(text))) => {
+            DeviceKind::Cpu
+        }
+        _ if text.ends_with("_CUDA") && (prev_is("kind") || (n == 1 && is_constant(text))) => {
+            DeviceKind::Gpu
+        }
         _ => DeviceKind::Unknown,
     })
+}
+
+/// An upper-case constant name (`FLOAT_CPU`).
+fn is_constant(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// What device an expression names: a device path, a reference to one, a tch options tuple

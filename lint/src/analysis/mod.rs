@@ -171,6 +171,17 @@ impl<'a> CallRef<'a> {
     }
 }
 
+/// What kind of guard makes code run less often than every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardKind {
+    /// `if step % N == 0 { .. }`, or a condition computed with `%`.
+    Modulo,
+    /// `if step % N != 0 { return; }` (or `continue`): the rest of the block is guarded.
+    EarlyReturn,
+    /// An opt-in output option: `if settings.save_images { .. }`, `if args.debug { .. }`.
+    Flag,
+}
+
 /// A call with where it sits.
 #[derive(Debug, Clone, Copy)]
 pub struct CallFact<'a> {
@@ -186,6 +197,8 @@ pub struct CallFact<'a> {
     /// `Some(l)` when inside the `then` block of an `if x % N == 0` guard; `l` is the innermost loop
     /// that was around the guard (None: the guard is outside any loop of the function).
     pub guard: Option<Option<usize>>,
+    /// The kind of the innermost guard (meaningful when `guard` is set).
+    pub guard_kind: GuardKind,
     /// Inside test code.
     pub in_test: bool,
     /// Inside the arguments of a macro (`println!`, `format!`, ...).
@@ -195,8 +208,26 @@ pub struct CallFact<'a> {
     /// The device of the value the call works on (the receiver of a method call, the arguments of
     /// a path call), followed through bindings, chains, transfers and arithmetic in the function.
     pub operand_device: DeviceKind,
+    /// Where the operand's device comes from when the function alone does not say (a parameter,
+    /// a struct field): resolved across the crate.
+    pub operand_sym: Option<values::DevSym<'a>>,
     /// For a transfer (`to_device(d)`, `to(d)`): the device of its destination.
     pub dest_device: DeviceKind,
+    /// The symbolic source of the destination's device.
+    pub dest_sym: Option<values::DevSym<'a>>,
+}
+
+/// A struct literal's field value: `Trainer { device: dev, .. }`.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldInit<'a> {
+    /// The struct (for `Self { .. }`, the impl type).
+    pub owner: &'a str,
+    /// The field.
+    pub field: &'a str,
+    /// The device of the value stored.
+    pub dev: values::Dev<'a>,
+    /// The function the literal is in.
+    pub fn_idx: Option<usize>,
 }
 
 impl<'a> CallFact<'a> {
@@ -239,6 +270,10 @@ pub struct FileFacts<'a> {
     pub device: DeviceEvidence,
     /// Structs declared in the file.
     pub structs: Vec<StructFact<'a>>,
+    /// Struct literals' field values, with their devices.
+    pub field_inits: Vec<FieldInit<'a>>,
+    /// Per call with arguments (index in `calls`): each argument's device.
+    pub arg_devs: Vec<(usize, Vec<values::Dev<'a>>)>,
     /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).
     pub test_spans: Vec<Span>,
     /// The whole file is test code: it belongs to an integration-test or benchmark target (under
@@ -296,6 +331,8 @@ pub struct StepHit {
     pub outer: bool,
     /// The code sits under an `if step % N == 0` guard inside the loop (or in the called function).
     pub guarded: bool,
+    /// What kind of guard, when `guarded`.
+    pub guard_kind: GuardKind,
     /// The functions called from the loop to reach the code, outermost first (empty: directly in
     /// the loop body).
     pub via: Vec<String>,
@@ -335,8 +372,20 @@ impl StepHit {
         }
         if self.guarded {
             notes.push(
-                "this runs only under an `if step % N == 0` guard, so it is reported as a note"
-                    .to_string(),
+                match self.guard_kind {
+                    GuardKind::Modulo => {
+                        "this runs only under an `if step % N == 0` guard, so it is reported as a note"
+                    }
+                    GuardKind::EarlyReturn => {
+                        "this runs only past an early `return`/`continue` on a `% N` condition \
+                         (every N steps), so it is reported as a note"
+                    }
+                    GuardKind::Flag => {
+                        "this runs only when an output option is on (an `if` on a debug/save \
+                         flag), so it is reported as a note"
+                    }
+                }
+                .to_string(),
             );
         }
         notes
@@ -345,6 +394,8 @@ impl StepHit {
 
 /// One crate (the `.rs` files of one Cargo package) as the rules see it.
 pub struct CrateContext<'a> {
+    /// The package's root directory (where its `Cargo.toml` is).
+    pub(crate) root: &'a Path,
     pub(crate) files: &'a [CrateFile<'a>],
     pub(crate) config: &'a Config,
     pub(crate) analysis: &'a CrateAnalysis,
@@ -352,6 +403,23 @@ pub struct CrateContext<'a> {
 }
 
 impl<'a> CrateContext<'a> {
+    /// A file's path relative to the package root (the path itself when it lies elsewhere).
+    pub fn package_path(&self, file: FileId) -> &'a Path {
+        let path = self.file(file).path();
+        std::path::absolute(path)
+            .ok()
+            .and_then(|abs| {
+                let root = std::path::absolute(self.root).ok()?;
+                abs.strip_prefix(&root).ok().map(|rel| rel.to_path_buf())
+            })
+            .map(|rel| -> &'a Path {
+                // Interned for the context's lifetime in the file's name arena.
+                let text = rel.to_string_lossy();
+                Path::new(&*self.file(file).file.names.alloc_str(&text))
+            })
+            .unwrap_or(path)
+    }
+
     /// The crate's parsed files, in path order.
     pub fn files(&self) -> &'a [CrateFile<'a>] {
         self.files
@@ -479,7 +547,7 @@ impl<'a> CrateContext<'a> {
     /// Whether the destination of a transfer call (`x.to_device(d)`) is statically the CPU: the
     /// destination's own device when known, else as [`Self::is_statically_cpu`] falls back.
     pub fn destination_is_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
-        match call.dest_device {
+        match self.analysis.dest_device(file, call) {
             DeviceKind::Cpu => true,
             DeviceKind::Gpu => false,
             DeviceKind::Unknown => self.analysis.program_is_cpu(file),

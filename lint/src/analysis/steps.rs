@@ -30,6 +30,8 @@ struct Reach {
     origin: (usize, usize),
     /// True when every call on the way runs on every step of the origin loop (no `% N == 0` guard).
     unguarded: bool,
+    /// The kind of the first guard on the way, when there is one.
+    guard_kind: super::GuardKind,
     /// The function that called this one (None: called directly from the loop's function).
     caller: Option<GlobalFn>,
 }
@@ -52,6 +54,13 @@ pub(crate) struct CrateAnalysis {
     file_target: Vec<usize>,
     /// Per build target: device evidence of its files outside test code.
     target_device: Vec<super::DeviceEvidence>,
+    /// Per function (global index), per typed parameter: the device every call site of the crate
+    /// passes (Unknown when they differ, pass something unknown, or there are none).
+    param_dev: Vec<Vec<super::DeviceKind>>,
+    /// Per (struct, field): the device every struct literal of the crate stores there.
+    field_dev: HashMap<(String, String), super::DeviceKind>,
+    /// Per file: the global index of its first function.
+    fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
     helper_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
 }
@@ -122,6 +131,13 @@ pub(crate) fn is_output_helper(f: &super::FnFact<'_>) -> bool {
         .iter()
         .any(|p| name.starts_with(p))
             || name == "log"
+            // Conversions out of a tensor: `tensor_to_mask`, `rgb_to_image`, `logits_to_png`.
+            || [
+                "to_png", "to_image", "to_img", "to_mask", "to_jpeg", "to_jpg", "to_string",
+                "to_text", "to_json", "to_csv",
+            ]
+            .iter()
+            .any(|p| name.ends_with(p))
     })
 }
 
@@ -431,7 +447,11 @@ impl CrateAnalysis {
             helper_calls: HashMap::new(),
             file_target: Vec::new(),
             target_device: Vec::new(),
+            param_dev: Vec::new(),
+            field_dev: HashMap::new(),
+            fn_offsets: offsets.clone(),
         };
+        analysis.resolve_devices(files, &targets, &helper_calls);
         let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
         for (fi, file) in files.iter().enumerate() {
             let next = target_ids.len();
@@ -465,7 +485,7 @@ impl CrateAnalysis {
                 };
                 let unguarded = !guard_inside(files, fi, call, l);
                 let per_step = !analysis.outer[fi][l] && unguarded;
-                let seed = (fi, ci, (fi, l), unguarded);
+                let seed = (fi, ci, (fi, l), unguarded, call.guard_kind);
                 if per_step {
                     seeds_per_step.push(seed);
                 } else {
@@ -475,9 +495,9 @@ impl CrateAnalysis {
         }
         for (per_step, seeds) in [(true, seeds_per_step), (false, seeds_lowered)] {
             let mut queue: VecDeque<GlobalFn> = VecDeque::new();
-            for (fi, ci, origin, unguarded) in seeds {
+            for (fi, ci, origin, unguarded, kind) in seeds {
                 for &target in targets[fi][ci].iter() {
-                    if analysis.settle(target, origin, unguarded, None) {
+                    if analysis.settle(target, origin, unguarded, kind, None) {
                         queue.push_back(target);
                     }
                 }
@@ -494,13 +514,18 @@ impl CrateAnalysis {
                         continue;
                     }
                     let unguarded = reach.unguarded && call.guard.is_none();
+                    let kind = if reach.unguarded {
+                        call.guard_kind
+                    } else {
+                        reach.guard_kind
+                    };
                     let next_per_step =
                         !analysis.outer[reach.origin.0][reach.origin.1] && unguarded;
                     if next_per_step != per_step {
                         continue;
                     }
                     for &target in targets[g.0][ci].iter() {
-                        if analysis.settle(target, reach.origin, unguarded, Some(g)) {
+                        if analysis.settle(target, reach.origin, unguarded, kind, Some(g)) {
                             queue.push_back(target);
                         }
                     }
@@ -510,6 +535,161 @@ impl CrateAnalysis {
         analysis.test_fn = test_fn;
         analysis.helper_calls = helper_calls;
         analysis
+    }
+
+    /// Settles the devices of parameters (from the arguments at the crate's call sites) and of
+    /// struct fields (from the crate's struct literals), to a fixed point.
+    fn resolve_devices(
+        &mut self,
+        files: &[CrateFile<'_>],
+        targets: &[Vec<Cow<'_, [GlobalFn]>>],
+        helper_calls: &HashMap<(usize, usize), Vec<GlobalFn>>,
+    ) {
+        use super::DeviceKind;
+        /// What the call sites agree on so far.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Seen {
+            None,
+            One(DeviceKind),
+            Mixed,
+        }
+        fn join(seen: &mut Seen, kind: DeviceKind) -> bool {
+            let next = match (*seen, kind) {
+                (_, DeviceKind::Unknown) => Seen::Mixed,
+                (Seen::None, k) => Seen::One(k),
+                (Seen::One(a), k) if a == k => Seen::One(a),
+                _ => Seen::Mixed,
+            };
+            let changed = next != *seen;
+            *seen = next;
+            changed
+        }
+        let value = |seen: Seen| match seen {
+            Seen::One(k) => k,
+            _ => DeviceKind::Unknown,
+        };
+        let params_of = |f: &super::FnFact<'_>| {
+            f.sig
+                .inputs
+                .iter()
+                .filter(|i| matches!(i, syn::FnArg::Typed(_)))
+                .count()
+        };
+        let mut params: Vec<Vec<Seen>> = files
+            .iter()
+            .flat_map(|f| f.facts.fns.iter().map(|g| vec![Seen::None; params_of(g)]))
+            .collect();
+        let mut fields: HashMap<(&str, &str), Seen> = HashMap::new();
+        // A parameter or field not settled yet counts as unknown at the end; during the rounds it
+        // is skipped, so that a chain of calls settles in as many rounds as it is long.
+        for _round in 0..6 {
+            let mut changed = false;
+            let snapshot_params = params.clone();
+            let snapshot_fields = fields.clone();
+            let resolve = |fi: usize, fn_idx: Option<usize>, dev: super::values::Dev<'_>| {
+                if dev.kind != DeviceKind::Unknown {
+                    return Some(dev.kind);
+                }
+                match dev.sym? {
+                    super::values::DevSym::Param(i) => {
+                        let g = self.fn_offsets[fi] + fn_idx?;
+                        match snapshot_params[g].get(i)? {
+                            Seen::None => None,
+                            seen => Some(value(*seen)),
+                        }
+                    }
+                    super::values::DevSym::Field(owner, field) => {
+                        match snapshot_fields.get(&(owner, field))? {
+                            Seen::None => None,
+                            seen => Some(value(*seen)),
+                        }
+                    }
+                }
+            };
+            for (fi, file) in files.iter().enumerate() {
+                for (ci, devs) in &file.facts.arg_devs {
+                    let call = &file.facts.calls[*ci];
+                    let helpers = helper_calls.get(&(fi, *ci));
+                    let all_targets = targets[fi][*ci].iter().chain(helpers.into_iter().flatten());
+                    for &(tf, tidx) in all_targets {
+                        let target = &files[tf].facts.fns[tidx];
+                        // `Type::method(x, ..)` passes `self` first.
+                        let skip =
+                            usize::from(!call.call.is_method() && target.sig.receiver().is_some());
+                        let g = self.fn_offsets[tf] + tidx;
+                        for (i, dev) in devs.iter().skip(skip).enumerate() {
+                            let Some(slot) = params[g].get_mut(i) else {
+                                break;
+                            };
+                            let kind = match resolve(fi, call.fn_idx, *dev) {
+                                Some(kind) => kind,
+                                None if dev.sym.is_some() => continue,
+                                None => DeviceKind::Unknown,
+                            };
+                            changed |= join(slot, kind);
+                        }
+                    }
+                }
+                for init in &file.facts.field_inits {
+                    let kind = match resolve(fi, init.fn_idx, init.dev) {
+                        Some(kind) => kind,
+                        None if init.dev.sym.is_some() => continue,
+                        None => DeviceKind::Unknown,
+                    };
+                    changed |= join(
+                        fields.entry((init.owner, init.field)).or_insert(Seen::None),
+                        kind,
+                    );
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.param_dev = params
+            .into_iter()
+            .map(|p| p.into_iter().map(value).collect())
+            .collect();
+        self.field_dev = fields
+            .into_iter()
+            .map(|((o, f), seen)| ((o.to_string(), f.to_string()), value(seen)))
+            .collect();
+    }
+
+    /// The device a call's operand lives on: what its function says, else what the crate's call
+    /// sites and struct literals say of the parameter or field it comes from.
+    pub(crate) fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> super::DeviceKind {
+        self.resolve_sym(file, call.fn_idx, call.operand_device, call.operand_sym)
+    }
+
+    /// [`Self::operand_device`] for a transfer's destination.
+    pub(crate) fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> super::DeviceKind {
+        self.resolve_sym(file, call.fn_idx, call.dest_device, call.dest_sym)
+    }
+
+    fn resolve_sym(
+        &self,
+        file: FileId,
+        fn_idx: Option<usize>,
+        kind: super::DeviceKind,
+        sym: Option<super::values::DevSym<'_>>,
+    ) -> super::DeviceKind {
+        use super::values::DevSym;
+        if kind != super::DeviceKind::Unknown {
+            return kind;
+        }
+        match sym {
+            Some(DevSym::Param(i)) => fn_idx
+                .and_then(|f| self.param_dev.get(self.fn_offsets[file.0] + f))
+                .and_then(|p| p.get(i).copied())
+                .unwrap_or(super::DeviceKind::Unknown),
+            Some(DevSym::Field(owner, field)) => self
+                .field_dev
+                .get(&(owner.to_string(), field.to_string()))
+                .copied()
+                .unwrap_or(super::DeviceKind::Unknown),
+            None => super::DeviceKind::Unknown,
+        }
     }
 
     /// Marks the functions found to be test code (called only from tests) as test code in the
@@ -554,6 +734,7 @@ impl CrateAnalysis {
         f: GlobalFn,
         origin: (usize, usize),
         unguarded: bool,
+        guard_kind: super::GuardKind,
         caller: Option<GlobalFn>,
     ) -> bool {
         let per_step = !self.outer[origin.0][origin.1] && unguarded;
@@ -566,6 +747,7 @@ impl CrateAnalysis {
                 self.reach[f.0][f.1] = Some(Reach {
                     origin,
                     unguarded,
+                    guard_kind,
                     caller,
                 });
                 true
@@ -625,6 +807,7 @@ impl CrateAnalysis {
                 loop_region: region_of(files[fi].facts.loops[l].span),
                 outer: self.outer[fi][l],
                 guarded: guard_inside(files, fi, call, l),
+                guard_kind: call.guard_kind,
                 via: Vec::new(),
             });
         }
@@ -651,6 +834,11 @@ impl CrateAnalysis {
             loop_region: region_of(files[lf].facts.loops[l].span),
             outer: self.outer[lf][l],
             guarded: !reach.unguarded || call.guard.is_some(),
+            guard_kind: if reach.unguarded {
+                call.guard_kind
+            } else {
+                reach.guard_kind
+            },
             via,
         })
     }
@@ -662,7 +850,7 @@ impl CrateAnalysis {
         file: FileId,
         call: &CallFact<'_>,
     ) -> bool {
-        match call.operand_device {
+        match self.operand_device(file, call) {
             super::DeviceKind::Cpu => return true,
             super::DeviceKind::Gpu => return false,
             super::DeviceKind::Unknown => {}
@@ -787,7 +975,19 @@ fn candidates<'m>(
         return Cow::Borrowed(all);
     }
     let Some(qualifier) = call.call.qualifier() else {
-        return Cow::Borrowed(lookup(index.free));
+        // `f()`: a function of the same module shadows the crate's other functions named `f`.
+        let all = lookup(index.free);
+        if all.len() > 1 {
+            let here: Vec<GlobalFn> = all
+                .iter()
+                .copied()
+                .filter(|&(f, _)| f == file.id.0)
+                .collect();
+            if !here.is_empty() {
+                return Cow::Owned(here);
+            }
+        }
+        return Cow::Borrowed(all);
     };
     if qualifier == "Self" {
         // The caller's impl type; outside an impl, nothing.

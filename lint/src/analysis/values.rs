@@ -33,12 +33,70 @@ impl<'a> TypeHint<'a> {
     }
 }
 
+/// Where a value's device comes from when the function alone does not say: a parameter (the
+/// arguments at the crate's call sites decide) or a struct field (the crate's struct literals
+/// decide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DevSym<'a> {
+    /// The function's parameter number `.0` (counting typed parameters, not `self`).
+    Param(usize),
+    /// Field `.1` of a value of type `.0`.
+    Field(&'a str, &'a str),
+}
+
+/// The device of a value: known, or symbolic (resolved across the crate), or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dev<'a> {
+    /// What the function alone says.
+    pub kind: DeviceKind,
+    /// Where to look when `kind` is unknown.
+    pub sym: Option<DevSym<'a>>,
+}
+
+impl<'a> Dev<'a> {
+    /// Nothing known.
+    pub const UNKNOWN: Dev<'static> = Dev {
+        kind: DeviceKind::Unknown,
+        sym: None,
+    };
+
+    /// A known device.
+    pub fn known(kind: DeviceKind) -> Dev<'a> {
+        Dev { kind, sym: None }
+    }
+}
+
+/// Merges the devices of several operands: an accelerator wins (the operation runs there); the
+/// CPU when every known operand is on the CPU; else the first symbolic source.
+pub(crate) fn merge_devs<'a>(devs: impl IntoIterator<Item = Dev<'a>>) -> Dev<'a> {
+    let mut kind = DeviceKind::Unknown;
+    let mut sym = None;
+    for d in devs {
+        match d.kind {
+            DeviceKind::Gpu => return Dev::known(DeviceKind::Gpu),
+            DeviceKind::Cpu => kind = DeviceKind::Cpu,
+            DeviceKind::Unknown => {
+                if sym.is_none() {
+                    sym = d.sym;
+                }
+            }
+        }
+    }
+    if kind == DeviceKind::Unknown {
+        Dev { kind, sym }
+    } else {
+        Dev::known(kind)
+    }
+}
+
 /// A local binding (or parameter) in scope.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Binding<'a> {
     pub(crate) name: &'a str,
     pub(crate) ty: TypeHint<'a>,
-    pub(crate) device: DeviceKind,
+    pub(crate) dev: Dev<'a>,
+    /// Bound to a condition computed with `%` (`let due = step % every == 0;`).
+    pub(crate) modulo: bool,
 }
 
 /// Optimizers of candle, burn and tch, and the traits they implement: `AdamW`, `SGD`, `Sgd`,
@@ -203,20 +261,6 @@ pub fn is_transfer(name: &str) -> bool {
         name,
         "to_device" | "to" | "to_device_" | "f_to_device" | "to_kind_device"
     )
-}
-
-/// Merges the devices of several operands: any accelerator wins (the operation runs there); CPU
-/// when every known operand is on the CPU; unknown when nothing is known.
-pub(crate) fn merge_devices(devices: impl IntoIterator<Item = DeviceKind>) -> DeviceKind {
-    let mut out = DeviceKind::Unknown;
-    for d in devices {
-        match d {
-            DeviceKind::Gpu => return DeviceKind::Gpu,
-            DeviceKind::Cpu => out = DeviceKind::Cpu,
-            DeviceKind::Unknown => {}
-        }
-    }
-    out
 }
 
 /// The device an expression names directly (`&Device::Cpu`, `kind::FLOAT_CUDA`, `Device::new_cuda(0)?`).

@@ -86,6 +86,30 @@ impl Rule for SmallBatchSize {
             if value == 0 || value >= min || cx.is_test_code(file, span) {
                 return;
             }
+            let crate_file = cx.file(file);
+            // Inference code (a KV cache, a generation demo, an evaluation binary) sizes batches for
+            // latency, not training throughput.
+            if is_inference_path(cx.package_path(file)) {
+                return;
+            }
+            let at = span.byte_range().start;
+            if let Some(f) = crate_file.facts.innermost_fn(at) {
+                let function = &crate_file.facts.fns[f];
+                if is_inference_name(&function.name.to_string())
+                    || function.self_ty.as_deref().is_some_and(is_inference_name)
+                {
+                    return;
+                }
+                // The same function configures gradient accumulation.
+                let body = cx.text(file, function.block.span());
+                if mentions_accumulation(body) {
+                    return;
+                }
+            } else if mentions_accumulation(crate_file.source()) {
+                // A constant or configuration default in a file that also configures gradient
+                // accumulation: `grads_accumulation(6)`, `gradient_accumulation_steps`, `accum_steps`.
+                return;
+            }
             out.push(Finding::new(
                 file,
                 cx.region(span),
@@ -145,11 +169,40 @@ impl Rule for SmallBatchSize {
     }
 }
 
+/// Whether source text names gradient accumulation (`grads_accumulation`, `accum_steps`,
+/// `gradient_accumulation_steps`, `accumulate_grad_batches`).
+fn mentions_accumulation(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    memchr::memmem::find(bytes, b"accum").is_some()
+        || memchr::memmem::find(bytes, b"ACCUM").is_some()
+}
+
+/// Words that mark inference, generation or evaluation code.
+const INFERENCE_WORDS: &[&str] = &[
+    "infer", "generat", "sampl", "predict", "serve", "server", "cache", "eval", "bench",
+];
+
+fn is_inference_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    INFERENCE_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// A file whose path names inference (`src/inference/cache.rs`, `examples/inference_demo.rs`).
+fn is_inference_path(path: &std::path::Path) -> bool {
+    path.components().any(|c| match c {
+        std::path::Component::Normal(part) => part.to_str().is_some_and(is_inference_name),
+        _ => false,
+    })
+}
+
 /// Whether a name designates a training batch size.
 fn is_batch_size_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    let named =
-        lower == "batch_size" || lower.ends_with("_batch_size") || lower.starts_with("batch_size_");
+    let named = lower == "batch_size"
+        || lower.ends_with("_batch_size")
+        || lower.starts_with("batch_size_")
+        || lower == "minibatch_size"
+        || lower == "mini_batch_size";
     let excluded = ["valid", "val_", "eval", "test", "infer", "predict", "micro"]
         .iter()
         .any(|word| lower.contains(word));
@@ -180,13 +233,18 @@ fn named_batch_sizes(file: &CrateFile<'_>) -> Vec<(Span, u64, bool)> {
     {
         return Vec::new();
     }
-    let mut finder = NamedFinder { found: Vec::new() };
+    let mut finder = NamedFinder {
+        found: Vec::new(),
+        structs: Vec::new(),
+    };
     finder.visit_file(file.ast());
     finder.found
 }
 
 struct NamedFinder {
     found: Vec<(Span, u64, bool)>,
+    /// Types of the struct literals being visited, innermost last.
+    structs: Vec<String>,
 }
 
 impl NamedFinder {
@@ -269,10 +327,31 @@ impl<'ast> Visit<'ast> for NamedFinder {
         visit::visit_impl_item_const(self, item);
     }
 
+    fn visit_expr_struct(&mut self, e: &'ast syn::ExprStruct) {
+        let name = e
+            .path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default();
+        self.structs.push(name);
+        visit::visit_expr_struct(self, e);
+        self.structs.pop();
+    }
+
+    fn visit_item_struct(&mut self, item: &'ast syn::ItemStruct) {
+        // A cache's or a sampler's own batch size is not a training batch size.
+        if is_inference_name(&item.ident.to_string()) {
+            return;
+        }
+        visit::visit_item_struct(self, item);
+    }
+
     fn visit_field_value(&mut self, field: &'ast syn::FieldValue) {
         if let syn::Member::Named(ident) = &field.member
             && field.colon_token.is_some()
             && is_batch_size_name(&ident.to_string())
+            && !self.structs.last().is_some_and(|s| is_inference_name(s))
         {
             self.literal(&field.expr);
         }
