@@ -544,6 +544,18 @@ impl<'a> CrateContext<'a> {
         self.analysis.is_statically_cpu(self, file, call)
     }
 
+    /// The device of a call's operand (see [`CallFact::operand_device`]), with parameters and
+    /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
+    pub fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
+        self.analysis.operand_device(file, call)
+    }
+
+    /// The device of a transfer's destination (`d` in `x.to_device(d)`), with parameters and
+    /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
+    pub fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
+        self.analysis.dest_device(file, call)
+    }
+
     /// Whether the destination of a transfer call (`x.to_device(d)`) is statically the CPU: the
     /// destination's own device when known, else as [`Self::is_statically_cpu`] falls back.
     pub fn destination_is_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {

@@ -5,7 +5,9 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
-use crate::analysis::{CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework, path_text};
+use crate::analysis::{
+    CallFact, CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework, path_text,
+};
 use crate::diagnostic::{Edit, Fix};
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -75,6 +77,12 @@ impl Rule for CpuTensorThenCopy {
             let mut has_cpu_ctor = vec![false; crate_file.facts.fns.len()];
             let mut has_copy = vec![false; crate_file.facts.fns.len()];
             let mut has_htod_of_binding = vec![false; crate_file.facts.fns.len()];
+            let calls: CallsBySpan<'_, '_> = crate_file
+                .facts
+                .calls
+                .iter()
+                .map(|c| (c.call.span().byte_range().start, c))
+                .collect();
             for call in &crate_file.facts.calls {
                 // Test code is skipped: it builds small CPU tensors on purpose.
                 if call.in_test {
@@ -86,7 +94,7 @@ impl Rule for CpuTensorThenCopy {
                             if let Some(f) = call.fn_idx {
                                 has_copy[f] = true;
                             }
-                            chained_form(cx, file, m, target, call.in_macro, out);
+                            chained_form(cx, file, &calls, call, m, target, out);
                         } else if cudarc && is_htod(m) {
                             match m.args.first().map(strip_ref) {
                                 Some(Expr::Path(_)) => {
@@ -101,7 +109,7 @@ impl Rule for CpuTensorThenCopy {
                     }
                     CallRef::Path(c, _) => {
                         if let Some(f) = call.fn_idx
-                            && cpu_constructor_call(cx, c).is_some()
+                            && cpu_constructor_call(cx, file, &calls, c).is_some()
                         {
                             has_cpu_ctor[f] = true;
                         }
@@ -114,15 +122,15 @@ impl Rule for CpuTensorThenCopy {
                 if fn_fact.is_test || !(tensors || buffers) {
                     continue;
                 }
-                binding_form(cx, file, fn_fact, tensors, buffers, out);
+                binding_form(cx, file, &calls, fn_fact, tensors, buffers, out);
             }
         }
     }
 }
 
-/// Constructors (`Tensor::NAME(.., device)`) whose last argument is the device.
-const CONSTRUCTORS: &[&str] = &[
-    "new",
+/// Constructors (`Tensor::NAME(.., device)`, the device last) that fill the tensor themselves: on
+/// the device they run as a kernel, or at least write device memory once.
+const FILLING: &[&str] = &[
     "zeros",
     "ones",
     "full",
@@ -142,6 +150,14 @@ const CONSTRUCTORS: &[&str] = &[
     "eye",
     "tril2",
     "triu2",
+];
+
+/// Constructors that copy host data (`Tensor::NAME(data, .., device)`). Built on the CPU and then
+/// copied, host data costs one upload either way in candle (the CPU tensor takes the `Vec`); they
+/// count only when the data is one repeated literal (a fill in disguise), or in burn, whose CPU
+/// backend copies the data once more before the upload.
+const FROM_DATA: &[&str] = &[
+    "new",
     "from_vec",
     "from_slice",
     "from_iter",
@@ -150,6 +166,9 @@ const CONSTRUCTORS: &[&str] = &[
     "from_ints",
     "from_bool",
 ];
+
+/// The calls of one file by the start of their span, to find a call's facts from its syntax.
+type CallsBySpan<'a, 'f> = std::collections::HashMap<usize, &'f CallFact<'a>>;
 
 /// `x.to_device(target)` / `x.to(target)` with one argument: the target.
 fn transfer_target(m: &ExprMethodCall) -> Option<&Expr> {
@@ -213,20 +232,25 @@ fn only_error_handling(expr: &Expr) -> bool {
 /// A `Tensor::CONSTRUCTOR(.., cpu_device)` expression: the call, its path and the device argument.
 fn cpu_constructor<'e>(
     cx: &CrateContext<'_>,
+    file: FileId,
+    calls: &CallsBySpan<'_, '_>,
     expr: &'e Expr,
-) -> Option<(&'e ExprCall, &'e syn::Path, &'e Expr)> {
+) -> Option<(&'e ExprCall, &'e syn::Path, Option<&'e Expr>)> {
     let Expr::Call(call) = expr else {
         return None;
     };
-    let (path, device) = cpu_constructor_call(cx, call)?;
+    let (path, device) = cpu_constructor_call(cx, file, calls, call)?;
     Some((call, path, device))
 }
 
-/// A `Tensor::CONSTRUCTOR(.., cpu_device)` call: its path and the device argument.
+/// A constructor call that builds a tensor on the CPU which could have been built on the device:
+/// its path and device argument (None for tch's `Tensor::from(0.5)`, which has none).
 fn cpu_constructor_call<'e>(
     cx: &CrateContext<'_>,
+    file: FileId,
+    calls: &CallsBySpan<'_, '_>,
     call: &'e ExprCall,
-) -> Option<(&'e syn::Path, &'e Expr)> {
+) -> Option<(&'e syn::Path, Option<&'e Expr>)> {
     let Expr::Path(func) = &*call.func else {
         return None;
     };
@@ -235,50 +259,125 @@ fn cpu_constructor_call<'e>(
     if n < 2 || segs[n - 2].ident != "Tensor" {
         return None;
     }
-    if !CONSTRUCTORS.iter().any(|name| segs[n - 1].ident == name) {
+    let name = segs[n - 1].ident.to_string();
+    // tch `Tensor::from(0f32)`: a CPU scalar.
+    if name == "from"
+        && cx.uses(file, Framework::Tch)
+        && call.args.len() == 1
+        && is_literal(&call.args[0])
+    {
+        return Some((&func.path, None));
+    }
+    let filling = FILLING.contains(&name.as_str());
+    let from_data = FROM_DATA.contains(&name.as_str());
+    if !filling && !from_data {
         return None;
+    }
+    if from_data {
+        let repeated = call.args.first().is_some_and(|data| {
+            is_literal(strip_ref(data)) || constant_buffer(cx, file, data).is_some()
+        });
+        let burn = cx.uses(file, Framework::Burn) && name != "new";
+        if !repeated && !burn {
+            return None;
+        }
     }
     // A constructor without a device argument (tch `from_slice`) cannot be told where to go.
     let device = call.args.last()?;
-    (cx.device_of(device) == DeviceKind::Cpu).then_some((&func.path, device))
+    let on_cpu = cx.device_of(device) == DeviceKind::Cpu
+        || calls
+            .get(&call.span().byte_range().start)
+            .is_some_and(|fact| cx.operand_device(file, fact) == DeviceKind::Cpu);
+    on_cpu.then_some((&func.path, Some(device)))
 }
 
-/// `Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?` in one expression.
+/// A literal, possibly negated: `0.0`, `-1`, `1f32`.
+fn is_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(_) => true,
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_literal(&u.expr),
+        Expr::Paren(p) => is_literal(&p.expr),
+        _ => false,
+    }
+}
+
+/// The constructor a copied value comes from, through elementwise arithmetic and method chains:
+/// `(Tensor::rand(.., kind::FLOAT_CPU) * 2.0 - 1.0).to_device(d)`.
+fn origin_call(expr: &Expr) -> Option<&ExprCall> {
+    match strip_result(expr) {
+        Expr::Call(c) => Some(c),
+        Expr::MethodCall(m) if transfer_target(m).is_none() => origin_call(&m.receiver),
+        Expr::Binary(b) => origin_call(&b.left).or_else(|| origin_call(&b.right)),
+        Expr::Paren(p) => origin_call(&p.expr),
+        Expr::Unary(u) => origin_call(&u.expr),
+        _ => None,
+    }
+}
+
+/// `Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?` in one expression, also through arithmetic
+/// (`(Tensor::rand(.., kind::FLOAT_CPU) * 2.0 - 1.0).to_device(d)`).
+#[allow(clippy::too_many_arguments)]
 fn chained_form(
     cx: &CrateContext<'_>,
     file: FileId,
+    calls: &CallsBySpan<'_, '_>,
+    copy: &CallFact<'_>,
     m: &ExprMethodCall,
     target: &Expr,
-    in_macro: bool,
     out: &mut Vec<Finding>,
 ) {
     // A copy to the CPU is a readback or a no-op, not an upload.
-    if cx.device_of(target) == DeviceKind::Cpu {
+    if cx.device_of(target) == DeviceKind::Cpu || cx.dest_device(file, copy) == DeviceKind::Cpu {
         return;
     }
-    let Some((ctor, path, device)) = cpu_constructor(cx, strip_result(&m.receiver)) else {
+    let Some(origin) = origin_call(&m.receiver) else {
         return;
     };
+    let Some((path, device)) = cpu_constructor_call(cx, file, calls, origin) else {
+        return;
+    };
+    let direct = matches!(strip_result(&m.receiver), Expr::Call(c) if std::ptr::eq(c, origin));
     let ctor_name = path_text(path);
     let target_text = cx.text(file, target.span()).trim().to_string();
-    let mut finding = Finding::new(
-        file,
-        cx.region_of(path),
-        format!(
-            "`{ctor_name}` builds the tensor on the CPU, then `{}` copies it to the device",
-            m.method
-        ),
-        format!(
-            "create it on the target device: pass `{target_text}` to `{ctor_name}` and drop \
-             `.{}(..)`",
-            m.method
-        ),
-    );
+    let (message, help) = if direct {
+        (
+            format!(
+                "`{ctor_name}` builds the tensor on the CPU, then `{}` copies it to the device",
+                m.method
+            ),
+            format!(
+                "create it on the target device: pass `{target_text}` to `{ctor_name}` and drop \
+                 `.{}(..)`",
+                m.method
+            ),
+        )
+    } else {
+        (
+            format!(
+                "`{ctor_name}` builds the tensor on the CPU, computes on it there, then `{}` \
+                 copies the result to the device",
+                m.method
+            ),
+            format!(
+                "create it on the target device (pass `{target_text}` to `{ctor_name}`) and do \
+                 the arithmetic there"
+            ),
+        )
+    };
+    let mut finding = Finding::new(file, cx.region_of(path), message, help);
+    if !direct {
+        finding = finding.with_note(format!(
+            "copied to the device at line {}",
+            cx.region(m.method.span()).line
+        ));
+    }
     // Edits inside macro arguments are not applied: the macro's tokens are not this tree. Parentheses
     // between the constructor and the copy would be cut in half by the removal.
-    if !in_macro
+    if direct
+        && !copy.in_macro
         && only_error_handling(&m.receiver)
-        && let Some(fix) = chained_fix(cx, file, m, ctor, device, &target_text)
+        && let Some(device) = device
+        && let Some(fix) = chained_fix(cx, file, m, origin, device, &target_text)
     {
         finding = finding.with_fix(fix);
     }
@@ -471,6 +570,7 @@ fn constant_upload_finding(
 fn binding_form(
     cx: &CrateContext<'_>,
     file: FileId,
+    calls: &CallsBySpan<'_, '_>,
     fn_fact: &FnFact<'_>,
     tensors: bool,
     buffers: bool,
@@ -479,6 +579,7 @@ fn binding_form(
     let mut walker = BlockWalker {
         cx,
         file,
+        calls,
         tensors,
         buffers,
         out,
@@ -489,6 +590,7 @@ fn binding_form(
 struct BlockWalker<'c, 'a, 'o> {
     cx: &'c CrateContext<'a>,
     file: FileId,
+    calls: &'c CallsBySpan<'a, 'c>,
     tensors: bool,
     buffers: bool,
     out: &'o mut Vec<Finding>,
@@ -513,9 +615,16 @@ impl<'ast> Visit<'ast> for BlockWalker<'_, '_, '_> {
             let rest = &block.stmts[i + 1..];
             if self.tensors
                 && !is_mut
-                && let Some((_, path, _)) = cpu_constructor(self.cx, strip_result(&init.expr))
+                && let Some((_, path, _)) =
+                    cpu_constructor(self.cx, self.file, self.calls, strip_result(&init.expr))
             {
-                let scan = scan_uses(self.cx, &name, rest, UseKind::Tensor);
+                let scan = scan_uses(
+                    self.cx,
+                    Some((self.file, self.calls)),
+                    &name,
+                    rest,
+                    UseKind::Tensor,
+                );
                 if scan.other == 0
                     && let Some(first) = scan.copies.first()
                 {
@@ -542,7 +651,7 @@ impl<'ast> Visit<'ast> for BlockWalker<'_, '_, '_> {
                 && !is_mut
                 && let Some(constant) = constant_buffer(self.cx, self.file, &init.expr)
             {
-                let scan = scan_uses(self.cx, &name, rest, UseKind::Upload);
+                let scan = scan_uses(self.cx, None, &name, rest, UseKind::Upload);
                 if scan.other == 0 {
                     let defined_at = self.cx.region(local.let_token.span).line;
                     for copy in &scan.uploads {
@@ -596,14 +705,16 @@ struct UseScan<'ast> {
 }
 
 /// Counts the uses of `name` in `stmts`, up to the statement that binds the name again.
-fn scan_uses<'ast>(
-    cx: &CrateContext<'_>,
+fn scan_uses<'a, 'c, 'ast>(
+    cx: &'c CrateContext<'a>,
+    target: Option<(FileId, &'c CallsBySpan<'a, 'c>)>,
     name: &str,
     stmts: &'ast [syn::Stmt],
     kind: UseKind,
 ) -> UseScan<'ast> {
     let mut scanner = UseScanner {
         cx,
+        target,
         name,
         kind,
         scan: UseScan {
@@ -634,6 +745,8 @@ fn binds_name(pat: &syn::Pat, name: &str) -> bool {
 
 struct UseScanner<'c, 'a, 'n, 'ast> {
     cx: &'c CrateContext<'a>,
+    /// The file's calls, to read a copy's destination device.
+    target: Option<(FileId, &'c CallsBySpan<'a, 'c>)>,
     name: &'n str,
     kind: UseKind,
     scan: UseScan<'ast>,
@@ -652,6 +765,11 @@ impl<'ast> Visit<'ast> for UseScanner<'_, '_, '_, 'ast> {
                 if self.is_name(&m.receiver)
                     && let Some(target) = transfer_target(m)
                     && self.cx.device_of(target) != DeviceKind::Cpu
+                    && !self.target.is_some_and(|(file, calls)| {
+                        calls
+                            .get(&m.span().byte_range().start)
+                            .is_some_and(|c| self.cx.dest_device(file, c) == DeviceKind::Cpu)
+                    })
                 {
                     self.scan.copies.push(CopyUse {
                         method: m.method.to_string(),
@@ -761,7 +879,7 @@ mod tests {
             }
         }
         let candle = std::fs::read_to_string(tmp.path().join("src/candle.rs")).expect("read");
-        assert!(candle.contains("Tensor::from_vec(mask, (seq_len, seq_len), dev) // expect"));
+        assert!(candle.contains("Tensor::from_vec(vec![1f32; seq_len], seq_len, dev) // expect"));
         assert!(candle.contains("Tensor::arange(0u32, seq_len as u32, dev)?;"));
         assert!(candle.contains("Tensor::ones((1, d_model), DType::F32, dev).unwrap();"));
         let tch = std::fs::read_to_string(tmp.path().join("src/tch.rs")).expect("read");
@@ -786,20 +904,20 @@ mod tests {
     fn binding_with_other_uses_is_not_flagged() {
         let tmp = tempfile::tempdir().expect("temp dir");
         let source = r#"
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 fn f(dev: &Device) -> candle_core::Result<f32> {
-    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
     let on_dev = w.to_device(dev)?;
     let _ = on_dev;
     w.sum_all()?.to_scalar::<f32>()
 }
 fn g(dev: &Device) -> candle_core::Result<Tensor> {
-    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
     println!("{w}");
     w.to_device(dev)
 }
 fn h(dev: &Device) -> candle_core::Result<Tensor> {
-    let w = Tensor::new(&[1f32, 2.0], &Device::Cpu)?;
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
     w.to_device(dev)
 }
 "#;

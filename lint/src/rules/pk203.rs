@@ -75,6 +75,7 @@ impl Rule for PerSampleUpload {
                 .filter(|c| {
                     !c.in_test
                         && (is_tensor_fn(c, &["cat", "stack", "concat"])
+                            || is_batcher_join(c)
                             || (cudarc && is_device_copy(c)))
                 })
                 .collect();
@@ -149,7 +150,7 @@ impl Rule for PerSampleUpload {
                 // that uploads a fixed handful of tensors, or an inference example that embeds a
                 // few sentences, is not a data pipeline.
                 let hit = cx.step_loop(file.id, call);
-                if hit.is_none() && !is_batching_fn(cx, file.id, call) {
+                if hit.is_none() && !is_batcher_join(join) && !is_batching_fn(cx, file.id, call) {
                     continue;
                 }
                 let what = call.shown();
@@ -171,6 +172,15 @@ impl Rule for PerSampleUpload {
             }
         }
     }
+}
+
+/// candle-datasets' `Batcher::new(iter)` / `new_r1` / `new_r2`: stacks the iterator's items into
+/// batches, so an iterator that uploads each item makes one upload per sample.
+fn is_batcher_join(call: &CallFact<'_>) -> bool {
+    !call.call.is_method()
+        && matches!(call.name, "new" | "new_r1" | "new_r2")
+        && call.call.qualifier().is_some_and(|q| q == "Batcher")
+        && call.call.args().len() == 1
 }
 
 /// Whether a call sits in a function that makes batches: a `Batcher`/collate implementation
@@ -326,12 +336,54 @@ fn flows_into_join(
     let (Some(name), Some(f)) = (root_name(joined), cx.fn_of(file, join)) else {
         return false;
     };
-    let mut feeds = Feeds {
-        name: &name,
-        ranges: Vec::new(),
-    };
-    feeds.visit_block(f.block);
-    feeds.ranges.iter().any(|range| range.contains(&at))
+    feeds_into(f.block, &name, at)
+}
+
+/// Whether the code at byte offset `at` computes a value that flows into the binding `name` of
+/// `block`: through its initializer, `push`/`extend` calls on it, and the bindings those mention
+/// (`let t = Tensor::from_floats(..); items.push(t.unsqueeze(0));`).
+fn feeds_into(block: &syn::Block, name: &str, at: usize) -> bool {
+    let mut names = vec![name.to_string()];
+    let mut seen = 0;
+    // Each round follows one more binding back; bounded by the bindings of the function.
+    while seen < names.len() && names.len() < 64 {
+        let current = names[seen].clone();
+        seen += 1;
+        let mut feeds = Feeds {
+            name: &current,
+            ranges: Vec::new(),
+        };
+        feeds.visit_block(block);
+        if feeds.ranges.iter().any(|range| range.contains(&at)) {
+            return true;
+        }
+        let mut mentioned = Mentions {
+            ranges: &feeds.ranges,
+            names: Vec::new(),
+        };
+        mentioned.visit_block(block);
+        for n in mentioned.names {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    false
+}
+
+/// The single-segment paths (locals) mentioned inside some byte ranges.
+struct Mentions<'r> {
+    ranges: &'r [Range<usize>],
+    names: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for Mentions<'_> {
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        let at = p.span().byte_range().start;
+        if p.path.segments.len() == 1 && self.ranges.iter().any(|r| r.contains(&at)) {
+            self.names.push(p.path.segments[0].ident.to_string());
+        }
+    }
 }
 
 /// Collects the source ranges whose values flow into the binding `name`.
