@@ -171,6 +171,15 @@ fn is_modulo_guard(cond: &Expr) -> bool {
     }
 }
 
+/// `x as usize` -> `x`.
+fn strip_cast(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Cast(c) => strip_cast(&c.expr),
+        Expr::Paren(p) => strip_cast(&p.expr),
+        _ => expr,
+    }
+}
+
 /// A block that ends by leaving: `return ..`, `continue`, `break`.
 fn exits_early(block: &syn::Block) -> bool {
     match block.stmts.last() {
@@ -486,6 +495,38 @@ impl<'a> Collector<'a> {
             return Some(GuardKind::Modulo);
         }
         is_output_flag(cond).then_some(GuardKind::Flag)
+    }
+
+    /// `if counter == every { counter = 0; .. }`: a counter reset in the branch it guards makes the
+    /// branch periodic, like `% every == 0`.
+    fn is_counter_guard(cond: &Expr, then_branch: &syn::Block) -> bool {
+        let Expr::Binary(b) = cond else {
+            return false;
+        };
+        if !matches!(b.op, syn::BinOp::Eq(_) | syn::BinOp::Ge(_)) {
+            return false;
+        }
+        let counters: Vec<String> = [&*b.left, &*b.right]
+            .into_iter()
+            .filter_map(|side| super::patterns::root_name(strip_cast(side)))
+            .collect();
+        then_branch.stmts.iter().any(|stmt| {
+            let syn::Stmt::Expr(Expr::Assign(a), _) = stmt else {
+                return false;
+            };
+            let zero = match &*a.right {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(i),
+                    ..
+                }) => i.base10_digits().trim_start_matches('0').is_empty(),
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Float(f),
+                    ..
+                }) => f.base10_digits().parse::<f64>().is_ok_and(|v| v == 0.0),
+                _ => false,
+            };
+            zero && super::patterns::root_name(&a.left).is_some_and(|n| counters.contains(&n))
+        })
     }
 
     /// Whether an expression computes with `%` / `is_multiple_of`, directly or through a local
@@ -998,7 +1039,10 @@ impl<'a> Visit<'a> for Collector<'a> {
 
     fn visit_expr_if(&mut self, e: &'a syn::ExprIf) {
         self.visit_expr(&e.cond);
-        if let Some(kind) = self.guard_kind(&e.cond) {
+        let kind = self.guard_kind(&e.cond).or_else(|| {
+            Self::is_counter_guard(&e.cond, &e.then_branch).then_some(GuardKind::Modulo)
+        });
+        if let Some(kind) = kind {
             self.guard_stack
                 .push((self.loop_stack.last().copied(), kind));
             self.visit_block(&e.then_branch);

@@ -180,11 +180,13 @@ fn is_availability_check(call: &CallFact<'_>) -> bool {
 }
 
 /// The function checks that a GPU is there (`cuda_is_available()`, `device_count()`, ...).
+/// `cuda_if_available` is not a check but a device of its own: another value's fallback does not
+/// cover this one.
 fn fn_checks_for_gpu(file: &CrateFile<'_>, f: usize) -> bool {
     file.facts
         .calls
         .iter()
-        .any(|c| c.fn_idx == Some(f) && is_availability_check(c))
+        .any(|c| c.fn_idx == Some(f) && is_availability_check(c) && c.name != "cuda_if_available")
 }
 
 /// Whether the device at byte range `at` of function `f` has a CPU alternative for the same value:
