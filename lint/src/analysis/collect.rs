@@ -1040,7 +1040,7 @@ impl<'a> Visit<'a> for Collector<'a> {
     fn visit_expr_if(&mut self, e: &'a syn::ExprIf) {
         self.visit_expr(&e.cond);
         let kind = self.guard_kind(&e.cond).or_else(|| {
-            Self::is_counter_guard(&e.cond, &e.then_branch).then_some(GuardKind::Modulo)
+            Self::is_counter_guard(&e.cond, &e.then_branch).then_some(GuardKind::Counter)
         });
         if let Some(kind) = kind {
             self.guard_stack

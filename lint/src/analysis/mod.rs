@@ -180,6 +180,8 @@ pub enum GuardKind {
     EarlyReturn,
     /// An opt-in output option: `if settings.save_images { .. }`, `if args.debug { .. }`.
     Flag,
+    /// `if counter == every { counter = 0; .. }`.
+    Counter,
 }
 
 /// A call with where it sits.
@@ -379,6 +381,10 @@ impl StepHit {
                     GuardKind::EarlyReturn => {
                         "this runs only past an early `return`/`continue` on a `% N` condition \
                          (every N steps), so it is reported as a note"
+                    }
+                    GuardKind::Counter => {
+                        "this runs only when a counter reaches its period (it is reset in the same \
+                         branch), so it is reported as a note"
                     }
                     GuardKind::Flag => {
                         "this runs only when an output option is on (an `if` on a debug/save \
