@@ -426,6 +426,12 @@ impl<'a> CrateContext<'a> {
             .unwrap_or(path)
     }
 
+    /// The program (build target) a file belongs to: the library and `src/main.rs` share one,
+    /// each example, binary, test and benchmark has its own. An opaque index.
+    pub fn program(&self, file: FileId) -> usize {
+        self.analysis.program_of(file)
+    }
+
     /// The crate's parsed files, in path order.
     pub fn files(&self) -> &'a [CrateFile<'a>] {
         self.files

@@ -859,6 +859,11 @@ impl CrateAnalysis {
         self.program_is_cpu(file)
     }
 
+    /// The index of the program (build target) a file belongs to.
+    pub(crate) fn program_of(&self, file: FileId) -> usize {
+        self.file_target[file.0]
+    }
+
     /// Whether the program (build target) a file belongs to names only CPU devices, or names none
     /// and the crate names only CPU devices.
     pub(crate) fn program_is_cpu(&self, file: FileId) -> bool {

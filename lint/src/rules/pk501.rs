@@ -4,26 +4,30 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
-use crate::analysis::{CallRef, CrateContext, FileId, Framework};
+use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
-    /// Flags, once per crate, GPU training code that never uses 16-bit floats or mixed precision.
+    /// Flags, once per training function, GPU training code whose program never uses 16-bit floats
+    /// or mixed precision.
     ///
-    /// The crate has a step loop (or launches burn's `SupervisedTraining`/`LearnerBuilder`), names
-    /// a GPU device or backend, and mentions no 16-bit float type or mixed precision anywhere
-    /// (candle `DType::BF16`/`F16`, burn `f16`/`bf16` elements or `FloatDType::BF16`/`F16`, tch
-    /// `Kind::Half`/`Kind::BFloat16`, `vs.half()`/`vs.bfloat16()` or `tch::autocast`, the `half`
-    /// crate's types).
+    /// A program is a build target (the library, each binary, each example). The function holds a
+    /// step loop (or launches burn's `SupervisedTraining`/`LearnerBuilder`), its program names a GPU
+    /// device or backend, and none of the program's files mentions a 16-bit float type or mixed
+    /// precision (candle `DType::BF16`/`F16`, burn `f16`/`bf16` elements or
+    /// `FloatDType::BF16`/`F16`, tch `Kind::Half`/`Kind::BFloat16`, `vs.half()`/`vs.bfloat16()` or
+    /// `tch::autocast`, the `half` crate's types).
     ///
-    /// The finding points at the first explicit 32-bit dtype of the crate (`DType::F32`,
-    /// `Kind::Float`, `kind::FLOAT_CPU`, a backend's `f32` element such as `Cuda<f32, i32>`), or at
-    /// the function that holds the step loop when the dtype is left to the default.
+    /// The finding points where full precision is chosen: the first explicit 32-bit dtype in the
+    /// training function (`VarBuilder::from_varmap(&vm, DType::F32, &dev)`, `Kind::Float`), else
+    /// at item level in the program (a backend's `f32` element such as `type B = Cuda<f32, i32>;`),
+    /// else the training function itself when the dtype is left to the default.
     ///
-    /// Not flagged: crates without a step loop (inference, libraries), crates that only ever use the
-    /// CPU, and crates that mention a 16-bit type anywhere, even in code that may not be on the hot
-    /// path (the rule cannot tell, and prefers silence).
+    /// Not flagged: programs without a step loop (inference, libraries), programs that only ever
+    /// use the CPU, and programs that mention a 16-bit type anywhere, even in code that may not be
+    /// on the hot path (the rule cannot tell, and prefers silence). A 16-bit option in the library
+    /// of the package does not count for an example that never uses it.
     ///
     /// ## Why is this bad?
     /// Tensor cores run bf16/f16 matrix multiplications many times faster than f32, and 16-bit
@@ -55,39 +59,72 @@ impl Rule for FullPrecisionTraining {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
-        // A crate that never names an accelerator trains on the CPU, where 16-bit floats do not help.
-        let gpu = cx.files().iter().any(|f| {
-            f.facts.device.gpu > 0 || f.facts.fns.iter().any(|g| !g.is_test && g.device.gpu > 0)
-        });
-        if !gpu {
-            return;
+        // Each program (build target: the library, each binary, each example) decides its own
+        // precision: a 16-bit option in the library does not make an example's f32 training mixed.
+        let mut programs: Vec<usize> = cx.files().iter().map(|f| cx.program(f.id)).collect();
+        programs.sort_unstable();
+        programs.dedup();
+        for program in programs {
+            let files: Vec<&CrateFile<'_>> = cx
+                .files()
+                .iter()
+                .filter(|f| cx.program(f.id) == program)
+                .collect();
+            // A program that never names an accelerator trains on the CPU, where 16-bit floats
+            // do not help (a program that names no device at all takes the crate's word).
+            let gpu = |files: &[&CrateFile<'_>]| {
+                files.iter().any(|f| {
+                    f.facts.device.gpu > 0
+                        || f.facts.fns.iter().any(|g| !g.is_test && g.device.gpu > 0)
+                })
+            };
+            let names_device = files.iter().any(|f| {
+                !f.facts.device.is_empty()
+                    || f.facts
+                        .fns
+                        .iter()
+                        .any(|g| !g.is_test && !g.device.is_empty())
+            });
+            let on_gpu = if names_device {
+                gpu(&files)
+            } else {
+                gpu(&cx.files().iter().collect::<Vec<_>>())
+            };
+            if !on_gpu || files.iter().any(|f| has_reduced_precision(f)) {
+                continue;
+            }
+            for entry in training_entries(cx, program) {
+                // Raw cudarc kernels choose their precision in CUDA C, where the frameworks'
+                // dtypes do not reach.
+                let framework = cx.uses(entry.file, Framework::Candle)
+                    || cx.uses(entry.file, Framework::Burn)
+                    || cx.uses(entry.file, Framework::Tch);
+                if !framework {
+                    continue;
+                }
+                let (file, span, what) = match full_precision_dtype(cx, &files, &entry) {
+                    Some((file, span)) => (file, span, format!("`{}`", cx.text(file, span).trim())),
+                    None => (
+                        entry.file,
+                        entry.span,
+                        "the default 32-bit floats".to_string(),
+                    ),
+                };
+                let mut finding = Finding::new(
+                    file,
+                    cx.region(span),
+                    format!(
+                        "training uses {what} throughout: no f16, bf16 or autocast anywhere in \
+                         this program"
+                    ),
+                    help(cx),
+                );
+                if let Some(note) = entry.note {
+                    finding = finding.with_note(note);
+                }
+                out.push(finding);
+            }
         }
-        let Some(entry) = training_entry(cx) else {
-            return;
-        };
-        if has_reduced_precision(cx) {
-            return;
-        }
-        let (file, span, what) = match first_full_precision_dtype(cx) {
-            Some((file, span)) => (file, span, format!("`{}`", cx.text(file, span).trim())),
-            None => (
-                entry.file,
-                entry.span,
-                "the default 32-bit floats".to_string(),
-            ),
-        };
-        let mut finding = Finding::new(
-            file,
-            cx.region(span),
-            format!(
-                "training uses {what} throughout: no f16, bf16 or autocast anywhere in the crate"
-            ),
-            help(cx),
-        );
-        if let Some(note) = entry.note {
-            finding = finding.with_note(note);
-        }
-        out.push(finding);
     }
 }
 
@@ -114,41 +151,52 @@ fn help(cx: &CrateContext<'_>) -> String {
     }
 }
 
-/// Where the crate trains: the function holding the first step loop (or launching burn's learner).
+/// Where a program trains: a function holding a step loop (or launching burn's learner).
 struct Entry {
     file: FileId,
+    /// The function's index in its file's facts.
+    fn_idx: usize,
     span: Span,
     note: Option<String>,
 }
 
-fn training_entry(cx: &CrateContext<'_>) -> Option<Entry> {
+/// The functions of a program that train: each holds a step loop or launches burn's learner.
+fn training_entries(cx: &CrateContext<'_>, program: usize) -> Vec<Entry> {
     let markers = &cx.config().step_markers;
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut push = |entry: Entry| {
+        if !entries
+            .iter()
+            .any(|e| e.file == entry.file && e.fn_idx == entry.fn_idx)
+        {
+            entries.push(entry);
+        }
+    };
     for (file, call) in cx.calls() {
-        if call.in_test {
+        if call.in_test || cx.program(file) != program {
             continue;
         }
         let name = call.name;
-        // burn's learner runs the step loop for the crate.
+        // burn's learner runs the step loop for the program.
         if let CallRef::Path(_, path) = call.call
             && name == "new"
             && call
                 .call
                 .qualifier()
                 .is_some_and(|q| q == "SupervisedTraining" || q == "LearnerBuilder")
+            && let Some(fn_idx) = call.fn_idx
         {
-            let span = cx
-                .fn_of(file, call)
-                .map(|f| f.name.span())
-                .unwrap_or_else(|| path.span());
-            return Some(Entry {
+            push(Entry {
                 file,
-                span,
+                fn_idx,
+                span: cx.file(file).facts.fns[fn_idx].name.span(),
                 note: Some(format!(
-                    "the crate trains through burn's learner at {}:{}",
+                    "the program trains through burn's learner at {}:{}",
                     cx.file(file).path().display(),
                     cx.region(path.span()).line
                 )),
             });
+            continue;
         }
         let is_marker = matches!(
             name,
@@ -160,18 +208,24 @@ fn training_entry(cx: &CrateContext<'_>) -> Option<Entry> {
         let Some(hit) = cx.step_loop(file, call) else {
             continue;
         };
+        if cx.program(hit.loop_file) != program {
+            continue;
+        }
         let loop_file = cx.file(hit.loop_file);
         // The function that holds the loop: the innermost one whose body contains its keyword.
-        let span = loop_file
+        let Some(fn_idx) = loop_file
             .facts
             .loops
             .iter()
             .find(|l| cx.region(l.span) == hit.loop_region)
             .and_then(|l| l.fn_idx)
-            .map(|f| loop_file.facts.fns[f].name.span())?;
-        return Some(Entry {
+        else {
+            continue;
+        };
+        push(Entry {
             file: hit.loop_file,
-            span,
+            fn_idx,
+            span: loop_file.facts.fns[fn_idx].name.span(),
             note: Some(format!(
                 "the step loop is at {}:{}",
                 loop_file.path().display(),
@@ -179,7 +233,7 @@ fn training_entry(cx: &CrateContext<'_>) -> Option<Entry> {
             )),
         });
     }
-    None
+    entries
 }
 
 /// Identifiers that mean 16-bit (or narrower) floats or mixed precision.
@@ -207,16 +261,14 @@ const REDUCED_HINTS: &[&str] = &[
     "16", "Half", "half", "autocast", "lex32", "F8E", "Float8", "bfloat",
 ];
 
-fn has_reduced_precision(cx: &CrateContext<'_>) -> bool {
-    cx.files().iter().any(|file| {
-        let source = file.source();
-        if !REDUCED_HINTS.iter().any(|hint| source.contains(hint)) {
-            return false;
-        }
-        let mut finder = ReducedFinder { found: false };
-        finder.visit_file(file.ast());
-        finder.found
-    })
+fn has_reduced_precision(file: &CrateFile<'_>) -> bool {
+    let source = file.source();
+    if !REDUCED_HINTS.iter().any(|hint| source.contains(hint)) {
+        return false;
+    }
+    let mut finder = ReducedFinder { found: false };
+    finder.visit_file(file.ast());
+    finder.found
 }
 
 struct ReducedFinder {
@@ -256,14 +308,30 @@ fn tokens_have_reduced(tokens: &proc_macro2::TokenStream) -> bool {
     })
 }
 
-/// The first explicit 32/64-bit float dtype outside test code, in file order.
-fn first_full_precision_dtype(cx: &CrateContext<'_>) -> Option<(FileId, Span)> {
-    for file in cx.files() {
-        let source = file.source();
-        let hints = [
-            "F32", "F64", "Float", "FLOAT_", "Double", "DOUBLE_", "f32", "f64",
-        ];
-        if !hints.iter().any(|hint| source.contains(hint)) {
+/// Where full precision is chosen for a training function: the first explicit 32/64-bit float
+/// dtype in its body (`VarBuilder::from_varmap(&vm, DType::F32, &dev)`), else at item level in the
+/// program's files (`type B = Cuda<f32, i32>;`).
+fn full_precision_dtype(
+    cx: &CrateContext<'_>,
+    files: &[&CrateFile<'_>],
+    entry: &Entry,
+) -> Option<(FileId, Span)> {
+    let hints = [
+        "F32", "F64", "Float", "FLOAT_", "Double", "DOUBLE_", "f32", "f64",
+    ];
+    let file = cx.file(entry.file);
+    let block = file.facts.fns[entry.fn_idx].block;
+    let mut finder = DtypeFinder { found: Vec::new() };
+    finder.visit_block(block);
+    if let Some(span) = finder
+        .found
+        .into_iter()
+        .min_by_key(|s| s.byte_range().start)
+    {
+        return Some((entry.file, span));
+    }
+    for file in files {
+        if !hints.iter().any(|hint| file.source().contains(hint)) {
             continue;
         }
         let mut finder = DtypeFinder { found: Vec::new() };
@@ -271,7 +339,10 @@ fn first_full_precision_dtype(cx: &CrateContext<'_>) -> Option<(FileId, Span)> {
         let first = finder
             .found
             .into_iter()
-            .filter(|span| !cx.is_test_code(file.id, *span))
+            .filter(|span| {
+                !cx.is_test_code(file.id, *span)
+                    && file.facts.innermost_fn(span.byte_range().start).is_none()
+            })
             .min_by_key(|span| span.byte_range().start);
         if let Some(span) = first {
             return Some((file.id, span));
