@@ -36,6 +36,8 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         loop_stack: Vec::new(),
         guard_stack: Vec::new(),
         self_ty: Vec::new(),
+        self_ty_interned: Vec::new(),
+        interned: Default::default(),
         trait_of_impl: Vec::new(),
         generics: Vec::new(),
         scopes: Vec::new(),
@@ -58,6 +60,10 @@ struct Collector<'a> {
     /// Guards around the code being visited: the innermost loop around each guard, and its kind.
     guard_stack: Vec<(Option<usize>, GuardKind)>,
     self_ty: Vec<Option<String>>,
+    /// The innermost impl type, interned once per impl.
+    self_ty_interned: Vec<Option<&'a str>>,
+    /// Interned strings by text, so that a name seen again is not copied again.
+    interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str>>,
     /// The trait of each enclosing `impl Trait for Type` (None for inherent impls).
     trait_of_impl: Vec<Option<String>>,
     /// Generic parameters in scope with their first bound, innermost last.
@@ -352,8 +358,7 @@ impl<'a> Collector<'a> {
     }
 
     fn intern(&self, ident: &syn::Ident) -> &'a str {
-        let names = self.names;
-        with_ident_str(ident, |text| &*names.alloc_str(text))
+        with_ident_str(ident, |text| self.intern_str(text))
     }
 
     fn record_call(&mut self, call: CallRef<'a>, name: &'a str) {
@@ -373,11 +378,25 @@ impl<'a> Collector<'a> {
                 Dev::UNKNOWN,
             ),
         };
-        // The devices of the arguments, for the crate-wide parameter analysis.
+        // The devices of the arguments, for the crate-wide parameter analysis; kept only when one
+        // of them says something (a call with none stands for "unknown" in every position).
         let args = call.args();
         if !args.is_empty() {
-            let devs = args.iter().map(|a| self.infer_dev(a)).collect();
-            self.facts.arg_devs.push((self.facts.calls.len(), devs));
+            let start = self.facts.arg_dev_pool.len();
+            for arg in args {
+                let dev = self.infer_dev(arg);
+                self.facts.arg_dev_pool.push(dev);
+            }
+            let informative = self.facts.arg_dev_pool[start..]
+                .iter()
+                .any(|d| d.kind != DeviceKind::Unknown || d.sym.is_some());
+            if informative {
+                self.facts
+                    .arg_devs
+                    .push((self.facts.calls.len(), start..self.facts.arg_dev_pool.len()));
+            } else {
+                self.facts.arg_dev_pool.truncate(start);
+            }
         }
         self.facts.calls.push(CallFact {
             call,
@@ -467,7 +486,7 @@ impl<'a> Collector<'a> {
                                 kind: DeviceKind::Unknown,
                                 sym: Some(DevSym::Param(position)),
                             },
-                            modulo: false,
+                            init: None,
                         }),
                         None => self.bind_pattern_names(&t.pat, &mut params),
                     }
@@ -530,10 +549,15 @@ impl<'a> Collector<'a> {
     }
 
     /// Whether an expression computes with `%` / `is_multiple_of`, directly or through a local
-    /// bound to such a computation.
+    /// bound to such a computation (followed a few bindings deep).
     fn mentions_modulo(&self, expr: &Expr) -> bool {
+        self.mentions_modulo_at(expr, 0)
+    }
+
+    fn mentions_modulo_at(&self, expr: &Expr, depth: usize) -> bool {
         struct Finder<'c, 'a> {
             collector: &'c Collector<'a>,
+            depth: usize,
             found: bool,
         }
         impl<'ast> Visit<'ast> for Finder<'_, '_> {
@@ -545,18 +569,19 @@ impl<'a> Collector<'a> {
                 visit::visit_expr_method_call(self, m);
             }
             fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
-                if p.path.segments.len() == 1
+                if !self.found
+                    && self.depth < 3
+                    && p.path.segments.len() == 1
                     && let Some(b) = self.collector.lookup(&p.path.segments[0].ident)
+                    && let Some(init) = b.init
                 {
-                    self.found |= b.modulo;
+                    self.found |= self.collector.mentions_modulo_at(init, self.depth + 1);
                 }
-            }
-            fn visit_expr_closure(&mut self, c: &'ast syn::ExprClosure) {
-                visit::visit_expr_closure(self, c);
             }
         }
         let mut finder = Finder {
             collector: self,
+            depth,
             found: false,
         };
         finder.visit_expr(expr);
@@ -564,7 +589,13 @@ impl<'a> Collector<'a> {
     }
 
     fn intern_str(&self, text: &str) -> &'a str {
-        self.names.alloc_str(text)
+        let mut cache = self.interned.borrow_mut();
+        if let Some(&found) = cache.get(text) {
+            return found;
+        }
+        let stored: &'a str = self.names.alloc_str(text);
+        cache.insert(text.into(), stored);
+        stored
     }
 
     /// Binds every identifier of a pattern with nothing known about it (it shadows outer names).
@@ -575,7 +606,7 @@ impl<'a> Collector<'a> {
                     name: self.intern(&p.ident),
                     ty: TypeHint::Unknown,
                     dev: Dev::UNKNOWN,
-                    modulo: false,
+                    init: None,
                 });
                 if let Some((_, sub)) = &p.subpat {
                     self.bind_pattern_names(sub, out);
@@ -619,8 +650,8 @@ impl<'a> Collector<'a> {
     }
 
     fn self_type(&self) -> TypeHint<'a> {
-        match self.self_ty.last() {
-            Some(Some(ty)) => TypeHint::Named(self.intern_str(ty)),
+        match self.self_ty_interned.last() {
+            Some(Some(ty)) => TypeHint::Named(ty),
             _ => TypeHint::Unknown,
         }
     }
@@ -856,7 +887,10 @@ impl<'a> Visit<'a> for Collector<'a> {
         self.test_depth += usize::from(is_test);
         let generics_len = self.generics.len();
         self.generics.extend(generic_bounds(&item.generics));
-        self.self_ty.push(impl_type_name(&item.self_ty));
+        let self_ty = impl_type_name(&item.self_ty);
+        self.self_ty_interned
+            .push(self_ty.as_deref().map(|t| self.intern_str(t)));
+        self.self_ty.push(self_ty);
         self.trait_of_impl.push(
             item.trait_
                 .as_ref()
@@ -866,6 +900,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         visit::visit_item_impl(self, item);
         self.trait_of_impl.pop();
         self.self_ty.pop();
+        self.self_ty_interned.pop();
         self.generics.truncate(generics_len);
         self.test_depth -= usize::from(is_test);
     }
@@ -1122,12 +1157,11 @@ impl<'a> Visit<'a> for Collector<'a> {
                     None => init.map(|e| self.infer_ty(e)).unwrap_or_default(),
                 };
                 let dev = init.map(|e| self.infer_dev(e)).unwrap_or(Dev::UNKNOWN);
-                let modulo = init.is_some_and(|e| self.mentions_modulo(e));
                 let binding = Binding {
                     name: self.intern_str(&name),
                     ty,
                     dev,
-                    modulo,
+                    init,
                 };
                 if let Some(scope) = self.scopes.last_mut() {
                     scope.push(binding);

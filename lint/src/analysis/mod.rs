@@ -274,8 +274,12 @@ pub struct FileFacts<'a> {
     pub structs: Vec<StructFact<'a>>,
     /// Struct literals' field values, with their devices.
     pub field_inits: Vec<FieldInit<'a>>,
-    /// Per call with arguments (index in `calls`): each argument's device.
-    pub arg_devs: Vec<(usize, Vec<values::Dev<'a>>)>,
+    /// Per call whose arguments' devices say something (index in `calls`): where in
+    /// `arg_dev_pool` each argument's device is. A call with arguments and no entry passes only
+    /// values of unknown device.
+    pub arg_devs: Vec<(usize, Range<usize>)>,
+    /// The argument devices `arg_devs` points into.
+    pub arg_dev_pool: Vec<values::Dev<'a>>,
     /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).
     pub test_spans: Vec<Span>,
     /// The whole file is test code: it belongs to an integration-test or benchmark target (under

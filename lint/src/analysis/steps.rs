@@ -607,10 +607,30 @@ impl CrateAnalysis {
                 }
             };
             for (fi, file) in files.iter().enumerate() {
-                for (ci, devs) in &file.facts.arg_devs {
-                    let call = &file.facts.calls[*ci];
-                    let helpers = helper_calls.get(&(fi, *ci));
-                    let all_targets = targets[fi][*ci].iter().chain(helpers.into_iter().flatten());
+                let mut recorded = file.facts.arg_devs.iter().peekable();
+                for (ci, call) in file.facts.calls.iter().enumerate() {
+                    let nargs = call.call.args().len();
+                    if nargs == 0
+                        || (targets[fi][ci].is_empty() && !helper_calls.contains_key(&(fi, ci)))
+                    {
+                        if recorded.peek().is_some_and(|(c, _)| *c == ci) {
+                            recorded.next();
+                        }
+                        continue;
+                    }
+                    let unknown = [super::values::Dev::UNKNOWN];
+                    let devs: Box<dyn Iterator<Item = &super::values::Dev<'_>>> =
+                        match recorded.peek() {
+                            Some((c, range)) if *c == ci => {
+                                let range = range.clone();
+                                recorded.next();
+                                Box::new(file.facts.arg_dev_pool[range].iter())
+                            }
+                            _ => Box::new(unknown.iter().cycle().take(nargs)),
+                        };
+                    let devs: Vec<&super::values::Dev<'_>> = devs.collect();
+                    let helpers = helper_calls.get(&(fi, ci));
+                    let all_targets = targets[fi][ci].iter().chain(helpers.into_iter().flatten());
                     for &(tf, tidx) in all_targets {
                         let target = &files[tf].facts.fns[tidx];
                         // `Type::method(x, ..)` passes `self` first.
@@ -621,7 +641,7 @@ impl CrateAnalysis {
                             let Some(slot) = params[g].get_mut(i) else {
                                 break;
                             };
-                            let kind = match resolve(fi, call.fn_idx, *dev) {
+                            let kind = match resolve(fi, call.fn_idx, **dev) {
                                 Some(kind) => kind,
                                 None if dev.sym.is_some() => continue,
                                 None => DeviceKind::Unknown,

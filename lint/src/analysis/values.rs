@@ -95,8 +95,9 @@ pub(crate) struct Binding<'a> {
     pub(crate) name: &'a str,
     pub(crate) ty: TypeHint<'a>,
     pub(crate) dev: Dev<'a>,
-    /// Bound to a condition computed with `%` (`let due = step % every == 0;`).
-    pub(crate) modulo: bool,
+    /// The `let` initializer, read when the binding is used as a guard
+    /// (`let due = step % every == 0; if due { .. }`).
+    pub(crate) init: Option<&'a syn::Expr>,
 }
 
 /// Optimizers of candle, burn and tch, and the traits they implement: `AdamW`, `SGD`, `Sgd`,

@@ -9,6 +9,11 @@ crate::declare_rule! {
     /// stream/context/event, burn `device.sync()` / `B::sync(&device)`, tch `Cuda::synchronize`)
     /// inside a training step loop.
     ///
+    /// The receiver decides: a device, stream, context or event, by the type the crate declares
+    /// for it (`&CudaStream`, `Device`) or, when none is declared, by its name (`device`, `stream`,
+    /// `ctx`, `done_event`). A logger's, a metric item's or a file's `sync` is not a device
+    /// synchronization.
+    ///
     /// ## Why is this bad?
     /// A synchronize makes the host wait until every kernel queued so far has finished. While it waits
     /// it cannot queue the next step's work, so the GPU drains its queue and idles between steps.
@@ -89,18 +94,55 @@ fn sync_call(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option
     let is_sync = match (name, call.call.is_method()) {
         // candle `device.synchronize()`, cudarc `stream.synchronize()` / `ctx.synchronize()` /
         // `event.synchronize()`.
-        ("synchronize", true) => any_gpu_framework && call.call.args().is_empty(),
+        ("synchronize", true) => {
+            any_gpu_framework && call.call.args().is_empty() && is_device_receiver(call)
+        }
         // tch `Cuda::synchronize(0)`, cudarc `result::stream::synchronize(s)`.
         ("synchronize", false) => cx.uses(file, Framework::Tch) || cx.uses(file, Framework::Cudarc),
-        // burn: `device.sync()` (current API), `B::sync(&device)` (0.21's `Backend::sync`).
-        ("sync", true) => cx.uses(file, Framework::Burn) && call.call.args().is_empty(),
-        ("sync", false) => cx.uses(file, Framework::Burn) && call.call.args().len() == 1,
+        // burn: `device.sync()` (current API), `B::sync(&device)` (0.21's `Backend::sync`). A
+        // logger's or a metric item's `sync` is not a device synchronization.
+        ("sync", true) => {
+            cx.uses(file, Framework::Burn)
+                && call.call.args().is_empty()
+                && is_device_receiver(call)
+        }
+        ("sync", false) => {
+            cx.uses(file, Framework::Burn)
+                && call.call.args().len() == 1
+                && call.call.qualifier().is_some_and(|q| {
+                    let q = q.to_string();
+                    q == "Backend" || q.len() <= 2 && q.chars().all(|c| c.is_ascii_uppercase())
+                })
+        }
         _ => false,
     };
     if !is_sync {
         return None;
     }
     Some(call.shown())
+}
+
+/// Whether a method's receiver is a device, stream, context or event: by the type the crate
+/// declares for it, else by its name (`device`, `dev`, `stream`, `ctx`, `self.gpu`, `done_event`).
+fn is_device_receiver(call: &CallFact<'_>) -> bool {
+    const WORDS: &[&str] = &[
+        "device", "dev", "stream", "ctx", "context", "event", "cuda", "gpu",
+    ];
+    let has_word = |name: &str| {
+        let lower = name.to_ascii_lowercase();
+        WORDS.iter().any(|w| lower.contains(w))
+    };
+    if let Some(ty) = call.recv_ty.name() {
+        return has_word(ty);
+    }
+    let Some(receiver) = call.call.receiver() else {
+        return false;
+    };
+    match crate::analysis::patterns::root_name(receiver) {
+        Some(name) => has_word(&name),
+        // `Device::new_cuda(0)?.synchronize()`, `B::Device::default().sync()`: a device expression.
+        None => true,
+    }
 }
 
 /// Whether `call` is `event.synchronize()` in a cudarc file whose function records the same

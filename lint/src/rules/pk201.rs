@@ -15,20 +15,26 @@ crate::declare_rule! {
     /// ## What it does
     /// Flags a tensor that is created on the CPU and then copied to an accelerator.
     ///
-    /// Both forms are recognized: one chain (`Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?`)
+    /// Both forms are recognized: one chain (`Tensor::zeros(.., &Device::Cpu)?.to_device(&dev)?`,
+    /// also through arithmetic: `(Tensor::rand(.., kind::FLOAT_CPU) * 2.0 - 1.0).to_device(d)`)
     /// and a binding whose only use is that copy. For raw cudarc code it flags a host buffer of one
     /// repeated value (`vec![0.0f32; n]`) that is uploaded with `clone_htod`/`memcpy_htod`.
     ///
-    /// Recognized constructors are the `Tensor::` ones that take a device: candle `new`, `zeros`,
-    /// `ones`, `full`, `rand`, `randn`, `arange`, `from_vec`, `from_slice`, ...; tch `zeros`, `ones`,
-    /// `randn`, `arange`, `full`, ... with `(Kind, Device::Cpu)` or `kind::FLOAT_CPU` options; burn
-    /// `zeros`, `ones`, `from_floats`, `from_data`, `random`, `arange`, ... on `Device::cpu()` or
-    /// `Device::flex()`. The copy is `to_device` (candle, burn, tch) or `to` (tch).
+    /// Recognized constructors are those that fill the tensor themselves, which on the device run
+    /// as a kernel: `Tensor::zeros`, `ones`, `full`, `empty`, `rand`, `randn`, `random`, `randint`,
+    /// `randperm`, `arange`, `linspace`, `eye`, ... (candle with a device argument, tch with
+    /// `(Kind, Device::Cpu)` or `kind::FLOAT_CPU` options, burn on `Device::cpu()`/`flex()`); and the
+    /// data constructors (`new`, `from_vec`, `from_slice`, `from_data`, ...) when the data is one
+    /// repeated literal (`vec![0.0; n]`, tch's `Tensor::from(0.5)`), or in burn, whose CPU backend
+    /// copies host data once more before the upload. The device is followed per value: a
+    /// `let cpu = Device::Cpu;` binding or a parameter every caller passes the CPU counts. The copy
+    /// is `to_device` (candle, burn, tch) or `to` (tch).
     ///
-    /// Not flagged: data that has to come from the host (a data set read from disk, tch's
-    /// `Tensor::from_slice`, which has no device argument), a CPU tensor that is also used on the
-    /// CPU, a copy to a CPU device, and test code. A binding copied in another function is not
-    /// followed.
+    /// Not flagged: data that has to come from the host (a data set read from disk, positions or
+    /// masks computed in a loop: candle's CPU tensor takes the `Vec` and `to_device` copies it once,
+    /// as building it on the device would; tch's `Tensor::from_slice`, which has no device
+    /// argument), a CPU tensor that is also used on the CPU, a copy to a CPU device (also through a
+    /// binding), and test code. A binding copied in another function is not followed.
     ///
     /// ## Why is this bad?
     /// The tensor is written twice: once into host memory, then again over PCIe into device memory,
@@ -77,12 +83,23 @@ impl Rule for CpuTensorThenCopy {
             let mut has_cpu_ctor = vec![false; crate_file.facts.fns.len()];
             let mut has_copy = vec![false; crate_file.facts.fns.len()];
             let mut has_htod_of_binding = vec![false; crate_file.facts.fns.len()];
-            let calls: CallsBySpan<'_, '_> = crate_file
+            // The tensor forms need a copy to the device in the file; most files have none, and
+            // skip building the index.
+            let copies = crate_file
                 .facts
                 .calls
                 .iter()
-                .map(|c| (c.call.span().byte_range().start, c))
-                .collect();
+                .any(|c| matches!(c.call, CallRef::Method(m) if transfer_target(m).is_some()));
+            let calls: CallsBySpan<'_, '_> = if copies {
+                crate_file
+                    .facts
+                    .calls
+                    .iter()
+                    .map(|c| (c.call.name_span().byte_range().start, c))
+                    .collect()
+            } else {
+                CallsBySpan::default()
+            };
             for call in &crate_file.facts.calls {
                 // Test code is skipped: it builds small CPU tensors on purpose.
                 if call.in_test {
@@ -108,7 +125,8 @@ impl Rule for CpuTensorThenCopy {
                         }
                     }
                     CallRef::Path(c, _) => {
-                        if let Some(f) = call.fn_idx
+                        if copies
+                            && let Some(f) = call.fn_idx
                             && cpu_constructor_call(cx, file, &calls, c).is_some()
                         {
                             has_cpu_ctor[f] = true;
@@ -167,7 +185,8 @@ const FROM_DATA: &[&str] = &[
     "from_bool",
 ];
 
-/// The calls of one file by the start of their span, to find a call's facts from its syntax.
+/// The calls of one file by the start of their name (the method, or the path's last segment), to
+/// find a call's facts from its syntax without spanning whole expressions.
 type CallsBySpan<'a, 'f> = std::collections::HashMap<usize, &'f CallFact<'a>>;
 
 /// `x.to_device(target)` / `x.to(target)` with one argument: the target.
@@ -286,7 +305,7 @@ fn cpu_constructor_call<'e>(
     let device = call.args.last()?;
     let on_cpu = cx.device_of(device) == DeviceKind::Cpu
         || calls
-            .get(&call.span().byte_range().start)
+            .get(&func.path.segments[n - 1].ident.span().byte_range().start)
             .is_some_and(|fact| cx.operand_device(file, fact) == DeviceKind::Cpu);
     on_cpu.then_some((&func.path, Some(device)))
 }
@@ -767,7 +786,7 @@ impl<'ast> Visit<'ast> for UseScanner<'_, '_, '_, 'ast> {
                     && self.cx.device_of(target) != DeviceKind::Cpu
                     && !self.target.is_some_and(|(file, calls)| {
                         calls
-                            .get(&m.span().byte_range().start)
+                            .get(&m.method.span().byte_range().start)
                             .is_some_and(|c| self.cx.dest_device(file, c) == DeviceKind::Cpu)
                     })
                 {
