@@ -22,6 +22,9 @@ use super::{
 /// errors ("nesting too deep") instead of risking the stack.
 pub(crate) const MAX_NESTING: usize = 2000;
 
+/// Deepest expression the type and device inference looks into.
+const MAX_INFER_DEPTH: usize = 48;
+
 /// Collects the facts of one parsed file. `test_file`: the file belongs to a test or benchmark
 /// target, so all of it is test code.
 pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_> {
@@ -38,6 +41,8 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         self_ty: Vec::new(),
         self_ty_interned: Vec::new(),
         interned: Default::default(),
+        call_at: Default::default(),
+        infer_depth: Default::default(),
         trait_of_impl: Vec::new(),
         generics: Vec::new(),
         scopes: Vec::new(),
@@ -48,6 +53,8 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         in_expr_path: false,
     };
     collector.visit_file(&file.ast);
+    // Devices are filled in after the calls inside them: restore call order.
+    collector.facts.arg_devs.sort_by_key(|(call, _)| *call);
     collector.facts
 }
 
@@ -62,6 +69,10 @@ struct Collector<'a> {
     self_ty: Vec<Option<String>>,
     /// The innermost impl type, interned once per impl.
     self_ty_interned: Vec<Option<&'a str>>,
+    /// How deep the type and device inference currently is.
+    infer_depth: std::cell::Cell<usize>,
+    /// Calls recorded so far, by the start of their name: to refer to a call's value.
+    call_at: std::collections::HashMap<usize, usize>,
     /// Interned strings by text, so that a name seen again is not copied again.
     interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str>>,
     /// The trait of each enclosing `impl Trait for Type` (None for inherent impls).
@@ -361,10 +372,41 @@ impl<'a> Collector<'a> {
         with_ident_str(ident, |text| self.intern_str(text))
     }
 
-    fn record_call(&mut self, call: CallRef<'a>, name: &'a str) {
-        let (recv_ty, operand, dest) = match call {
+    /// Records a call before its receiver and arguments are visited (calls are kept in source
+    /// order); its devices are filled in by [`Self::fill_devices`] once they have been.
+    fn record_call(&mut self, call: CallRef<'a>, name: &'a str) -> usize {
+        let recv_ty = match call {
+            CallRef::Method(m) => self.infer_ty(&m.receiver),
+            CallRef::Path(..) => TypeHint::Unknown,
+        };
+        let index = self.facts.calls.len();
+        self.call_at
+            .insert(call.name_span().byte_range().start, index);
+        self.facts.calls.push(CallFact {
+            call,
+            name,
+            recv_ty,
+            operand_device: DeviceKind::Unknown,
+            operand_syms: [None, None],
+            dest_device: DeviceKind::Unknown,
+            dest_syms: [None, None],
+            fn_idx: self.current_fn(),
+            loop_idx: self.loop_stack.last().copied(),
+            guard: self.guard_stack.last().map(|g| g.0),
+            guard_kind: self.guard_stack.last().map_or(GuardKind::Modulo, |g| g.1),
+            in_test: self.test_depth > 0,
+            in_macro: self.macro_depth > 0,
+        });
+        index
+    }
+
+    /// Fills in the devices of call `index` (its receiver and arguments have been visited, so the
+    /// calls inside them are recorded and can be referred to).
+    fn fill_devices(&mut self, index: usize) {
+        let call = self.facts.calls[index].call;
+        let name = self.facts.calls[index].name;
+        let (operand, dest) = match call {
             CallRef::Method(m) => (
-                self.infer_ty(&m.receiver),
                 self.infer_dev(&m.receiver),
                 if is_transfer(name) && m.args.len() == 1 {
                     self.infer_dev(&m.args[0])
@@ -373,11 +415,15 @@ impl<'a> Collector<'a> {
                 },
             ),
             CallRef::Path(c, _) => (
-                TypeHint::Unknown,
                 merge_devs(c.args.iter().map(|a| self.infer_dev(a))),
                 Dev::UNKNOWN,
             ),
         };
+        let fact = &mut self.facts.calls[index];
+        fact.operand_device = operand.kind;
+        fact.operand_syms = operand.syms;
+        fact.dest_device = dest.kind;
+        fact.dest_syms = dest.syms;
         // The devices of the arguments, for the crate-wide parameter analysis; kept only when one
         // of them says something (a call with none stands for "unknown" in every position).
         let args = call.args();
@@ -389,30 +435,15 @@ impl<'a> Collector<'a> {
             }
             let informative = self.facts.arg_dev_pool[start..]
                 .iter()
-                .any(|d| d.kind != DeviceKind::Unknown || d.sym.is_some());
+                .any(Dev::is_informative);
             if informative {
                 self.facts
                     .arg_devs
-                    .push((self.facts.calls.len(), start..self.facts.arg_dev_pool.len()));
+                    .push((index, start..self.facts.arg_dev_pool.len()));
             } else {
                 self.facts.arg_dev_pool.truncate(start);
             }
         }
-        self.facts.calls.push(CallFact {
-            call,
-            name,
-            recv_ty,
-            operand_device: operand.kind,
-            operand_sym: operand.sym,
-            dest_device: dest.kind,
-            dest_sym: dest.sym,
-            fn_idx: self.current_fn(),
-            loop_idx: self.loop_stack.last().copied(),
-            guard: self.guard_stack.last().map(|g| g.0),
-            guard_kind: self.guard_stack.last().map_or(GuardKind::Modulo, |g| g.1),
-            in_test: self.test_depth > 0,
-            in_macro: self.macro_depth > 0,
-        });
     }
 
     fn push_loop(&mut self, span: Span) {
@@ -482,10 +513,7 @@ impl<'a> Collector<'a> {
                         Some(name) => params.push(Binding {
                             name: self.intern_str(&name),
                             ty,
-                            dev: Dev {
-                                kind: DeviceKind::Unknown,
-                                sym: Some(DevSym::Param(position)),
-                            },
+                            dev: Dev::symbolic(DevSym::Param(position)),
                             init: None,
                         }),
                         None => self.bind_pattern_names(&t.pat, &mut params),
@@ -658,6 +686,16 @@ impl<'a> Collector<'a> {
 
     /// The type of an expression, as far as the crate's declarations tell.
     fn infer_ty(&self, expr: &Expr) -> TypeHint<'a> {
+        if self.infer_depth.get() > MAX_INFER_DEPTH {
+            return TypeHint::Unknown;
+        }
+        self.infer_depth.set(self.infer_depth.get() + 1);
+        let ty = self.infer_ty_inner(expr);
+        self.infer_depth.set(self.infer_depth.get() - 1);
+        ty
+    }
+
+    fn infer_ty_inner(&self, expr: &Expr) -> TypeHint<'a> {
         match expr {
             Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
                 let ident = &p.path.segments[0].ident;
@@ -739,6 +777,17 @@ impl<'a> Collector<'a> {
     /// The device an expression's value lives on, followed through bindings, method chains,
     /// transfers and arithmetic; symbolic where a parameter or a struct field decides.
     fn infer_dev(&self, expr: &Expr) -> Dev<'a> {
+        // Deeper than a few dozen operators and calls, nothing is known (and nothing recurses far).
+        if self.infer_depth.get() > MAX_INFER_DEPTH {
+            return Dev::UNKNOWN;
+        }
+        self.infer_depth.set(self.infer_depth.get() + 1);
+        let dev = self.infer_dev_inner(expr);
+        self.infer_depth.set(self.infer_depth.get() - 1);
+        dev
+    }
+
+    fn infer_dev_inner(&self, expr: &Expr) -> Dev<'a> {
         match expr {
             // A local, else an imported constant (`FLOAT_CPU`).
             Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => self
@@ -748,10 +797,12 @@ impl<'a> Collector<'a> {
             Expr::Path(p) => Dev::known(device_of_path(&p.path)),
             // `self.device`, `config.device`: the crate's struct literals decide.
             Expr::Field(f) => match (&f.member, self.infer_ty(&f.base)) {
-                (syn::Member::Named(field), TypeHint::Named(owner)) => Dev {
-                    kind: DeviceKind::Unknown,
-                    sym: Some(DevSym::Field(owner, self.intern(field))),
-                },
+                (syn::Member::Named(field), TypeHint::Named(owner)) => {
+                    Dev::symbolic(DevSym::Field(owner, self.intern(field)))
+                }
+                (syn::Member::Unnamed(index), TypeHint::Named(owner)) => Dev::symbolic(
+                    DevSym::Field(owner, self.intern_str(&index.index.to_string())),
+                ),
                 _ => Dev::UNKNOWN,
             },
             // `tch::no_grad(|| model(&xs))`: the closure's value.
@@ -775,10 +826,14 @@ impl<'a> Collector<'a> {
                 match name {
                     "cuda" if m.args.is_empty() => Dev::known(DeviceKind::Gpu),
                     "cpu" if m.args.is_empty() => Dev::known(DeviceKind::Cpu),
-                    _ => merge_devs(
-                        std::iter::once(self.infer_dev(&m.receiver))
-                            .chain(m.args.iter().map(|a| self.infer_dev(a))),
-                    ),
+                    // What the call returns: a crate function's return value, or (a call outside
+                    // the crate) where its receiver and arguments live.
+                    _ => self.returned(m.method.span(), || {
+                        merge_devs(
+                            std::iter::once(self.infer_dev(&m.receiver))
+                                .chain(m.args.iter().map(|a| self.infer_dev(a))),
+                        )
+                    }),
                 }
             }),
             Expr::Call(c) => {
@@ -807,9 +862,63 @@ impl<'a> Collector<'a> {
                 {
                     return Dev::known(DeviceKind::Cpu);
                 }
-                merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
+                let last = &p.path.segments[n - 1].ident;
+                self.returned(last.span(), || {
+                    merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
+                })
             }
             _ => Dev::UNKNOWN,
+        }
+    }
+
+    /// The device of a call's value: known from its operands, else what the recorded call returns
+    /// (settled across the crate), else the operands' symbolic sources.
+    fn returned(&self, name: Span, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
+        let dev = operands();
+        if dev.kind != DeviceKind::Unknown {
+            return dev;
+        }
+        match self.call_at.get(&name.byte_range().start) {
+            // The return value first; the operands' own source as the second opinion.
+            Some(&index) => Dev {
+                kind: DeviceKind::Unknown,
+                syms: [Some(DevSym::Ret(index)), dev.syms[0]],
+            },
+            None => dev,
+        }
+    }
+
+    /// `Wrapper(x, y)` / `Self(x)`: a tuple struct's fields `0`, `1`, ... hold these values.
+    fn tuple_struct_init(&mut self, e: &'a syn::ExprCall) {
+        let Expr::Path(p) = &*e.func else {
+            return;
+        };
+        let Some(last) = p.path.segments.last() else {
+            return;
+        };
+        let owner = if last.ident == "Self" {
+            self.self_type().name()
+        } else if p.path.segments.len() == 1
+            && with_ident_str(&last.ident, |t| {
+                t.starts_with(|c: char| c.is_ascii_uppercase())
+                    && !matches!(t, "Ok" | "Err" | "Some" | "Box" | "Arc" | "Rc")
+            })
+        {
+            Some(self.intern(&last.ident))
+        } else {
+            None
+        };
+        let Some(owner) = owner else {
+            return;
+        };
+        for (i, arg) in e.args.iter().enumerate() {
+            let dev = self.infer_dev(arg);
+            self.facts.field_inits.push(super::FieldInit {
+                owner,
+                field: self.intern_str(&i.to_string()),
+                dev,
+                fn_idx: self.current_fn(),
+            });
         }
     }
 
@@ -966,6 +1075,14 @@ impl<'a> Visit<'a> for Collector<'a> {
         for _ in 0..guards {
             self.guard_stack.pop();
         }
+        // A function body's tail expression is what it returns.
+        if let Some(f) = self.current_fn()
+            && std::ptr::eq(self.facts.fns[f].block, block)
+            && let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last()
+        {
+            let dev = self.infer_dev(tail);
+            self.facts.returns.push((f, dev));
+        }
         self.scopes.pop();
     }
 
@@ -1092,7 +1209,7 @@ impl<'a> Visit<'a> for Collector<'a> {
 
     fn visit_expr_method_call(&mut self, e: &'a syn::ExprMethodCall) {
         let name = self.intern(&e.method);
-        self.record_call(CallRef::Method(e), name);
+        let index = self.record_call(CallRef::Method(e), name);
         self.visit_expr(&e.receiver);
         let iteration = is_iteration_method(name);
         let is_loop = iteration == IterationMethod::Always
@@ -1110,16 +1227,30 @@ impl<'a> Visit<'a> for Collector<'a> {
             }
         }
         self.device_arg_depth -= usize::from(transfer);
+        self.fill_devices(index);
     }
 
     fn visit_expr_call(&mut self, e: &'a syn::ExprCall) {
+        let mut index = None;
         if let Expr::Path(p) = &*e.func
             && let Some(last) = p.path.segments.last()
         {
             let name = self.intern(&last.ident);
-            self.record_call(CallRef::Path(e, &p.path), name);
+            index = Some(self.record_call(CallRef::Path(e, &p.path), name));
         }
         visit::visit_expr_call(self, e);
+        if let Some(index) = index {
+            self.fill_devices(index);
+            self.tuple_struct_init(e);
+        }
+    }
+
+    fn visit_expr_return(&mut self, e: &'a syn::ExprReturn) {
+        visit::visit_expr_return(self, e);
+        if let (Some(value), Some(f)) = (&e.expr, self.current_fn()) {
+            let dev = self.infer_dev(value);
+            self.facts.returns.push((f, dev));
+        }
     }
 
     fn visit_expr_path(&mut self, e: &'a syn::ExprPath) {

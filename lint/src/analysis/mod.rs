@@ -212,11 +212,11 @@ pub struct CallFact<'a> {
     pub operand_device: DeviceKind,
     /// Where the operand's device comes from when the function alone does not say (a parameter,
     /// a struct field): resolved across the crate.
-    pub operand_sym: Option<values::DevSym<'a>>,
+    pub operand_syms: values::Syms<'a>,
     /// For a transfer (`to_device(d)`, `to(d)`): the device of its destination.
     pub dest_device: DeviceKind,
     /// The symbolic source of the destination's device.
-    pub dest_sym: Option<values::DevSym<'a>>,
+    pub dest_syms: values::Syms<'a>,
 }
 
 /// A struct literal's field value: `Trainer { device: dev, .. }`.
@@ -278,6 +278,8 @@ pub struct FileFacts<'a> {
     /// `arg_dev_pool` each argument's device is. A call with arguments and no entry passes only
     /// values of unknown device.
     pub arg_devs: Vec<(usize, Range<usize>)>,
+    /// What each function returns (its tail expression, its `return`s): (function, device).
+    pub returns: Vec<(usize, values::Dev<'a>)>,
     /// The argument devices `arg_devs` points into.
     pub arg_dev_pool: Vec<values::Dev<'a>>,
     /// Spans of test items (`#[test]` fns, `#[cfg(test)]` modules and impls).

@@ -12,7 +12,8 @@ use std::path::{Component, Path};
 
 use syn::spanned::Spanned;
 
-use super::values::is_optimizer_type;
+use super::DeviceKind;
+use super::values::{Dev, DevSym, is_optimizer_type};
 use super::{
     CallFact, CrateContext, CrateFile, FileId, StepHit, TypeHint, region_of, with_ident_str,
 };
@@ -54,11 +55,11 @@ pub(crate) struct CrateAnalysis {
     file_target: Vec<usize>,
     /// Per build target: device evidence of its files outside test code.
     target_device: Vec<super::DeviceEvidence>,
-    /// Per function (global index), per typed parameter: the device every call site of the crate
-    /// passes (Unknown when they differ, pass something unknown, or there are none).
-    param_dev: Vec<Vec<super::DeviceKind>>,
-    /// Per (struct, field): the device every struct literal of the crate stores there.
-    field_dev: HashMap<(String, String), super::DeviceKind>,
+    /// Per file, per call: the devices of its operand and (for a transfer) its destination, with
+    /// parameters, fields and return values settled across the crate.
+    operand_devs: Vec<Vec<(DeviceKind, DeviceKind)>>,
+    /// Per file: the address and length of its calls, to find a call's index from a reference.
+    call_base: Vec<(usize, usize)>,
     /// Per file: the global index of its first function.
     fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
@@ -447,11 +448,15 @@ impl CrateAnalysis {
             helper_calls: HashMap::new(),
             file_target: Vec::new(),
             target_device: Vec::new(),
-            param_dev: Vec::new(),
-            field_dev: HashMap::new(),
+            operand_devs: Vec::new(),
+            call_base: Vec::new(),
             fn_offsets: offsets.clone(),
         };
-        analysis.resolve_devices(files, &targets, &helper_calls);
+        analysis.call_base = files
+            .iter()
+            .map(|f| (f.facts.calls.as_ptr() as usize, f.facts.calls.len()))
+            .collect();
+        analysis.resolve_devices(files, &targets, &helper_calls, &methods);
         let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
         for (fi, file) in files.iter().enumerate() {
             let next = target_ids.len();
@@ -537,98 +542,81 @@ impl CrateAnalysis {
         analysis
     }
 
-    /// Settles the devices of parameters (from the arguments at the crate's call sites) and of
-    /// struct fields (from the crate's struct literals), to a fixed point.
+    /// Settles the devices of parameters (from the arguments at the crate's call sites), struct
+    /// fields (from the crate's struct literals) and return values (from each function's tail and
+    /// `return`s), to a fixed point.
     fn resolve_devices(
         &mut self,
         files: &[CrateFile<'_>],
         targets: &[Vec<Cow<'_, [GlobalFn]>>],
         helper_calls: &HashMap<(usize, usize), Vec<GlobalFn>>,
+        methods: &FnIndex<'_>,
     ) {
-        use super::DeviceKind;
-        /// What the call sites agree on so far.
-        #[derive(Clone, Copy, PartialEq)]
-        enum Seen {
-            None,
-            One(DeviceKind),
-            Mixed,
-        }
-        fn join(seen: &mut Seen, kind: DeviceKind) -> bool {
-            let next = match (*seen, kind) {
-                (_, DeviceKind::Unknown) => Seen::Mixed,
-                (Seen::None, k) => Seen::One(k),
-                (Seen::One(a), k) if a == k => Seen::One(a),
-                _ => Seen::Mixed,
-            };
-            let changed = next != *seen;
-            *seen = next;
-            changed
-        }
-        let value = |seen: Seen| match seen {
-            Seen::One(k) => k,
-            _ => DeviceKind::Unknown,
-        };
-        let params_of = |f: &super::FnFact<'_>| {
-            f.sig
-                .inputs
-                .iter()
-                .filter(|i| matches!(i, syn::FnArg::Typed(_)))
-                .count()
-        };
-        let mut params: Vec<Vec<Seen>> = files
+        let params: Vec<Vec<Seen>> = files
             .iter()
-            .flat_map(|f| f.facts.fns.iter().map(|g| vec![Seen::None; params_of(g)]))
+            .flat_map(|f| {
+                f.facts.fns.iter().map(|g| {
+                    let n = g
+                        .sig
+                        .inputs
+                        .iter()
+                        .filter(|i| matches!(i, syn::FnArg::Typed(_)))
+                        .count();
+                    vec![Seen::None; n]
+                })
+            })
             .collect();
-        let mut fields: HashMap<(&str, &str), Seen> = HashMap::new();
-        // A parameter or field not settled yet counts as unknown at the end; during the rounds it
-        // is skipped, so that a chain of calls settles in as many rounds as it is long.
-        for _round in 0..6 {
+        let total = params.len();
+        let mut tables = DeviceTables {
+            params,
+            fields: HashMap::new(),
+            rets: vec![Seen::None; total],
+        };
+        // Which functions a call's value can come from: its resolved targets, else (a method the
+        // crate defines on several types) every method of that name.
+        let value_targets = |fi: usize, ci: usize| -> (Vec<GlobalFn>, Vec<GlobalFn>) {
+            let mut found: Vec<GlobalFn> = targets[fi][ci].to_vec();
+            if let Some(h) = helper_calls.get(&(fi, ci)) {
+                found.extend(h.iter().copied());
+            }
+            let call = &files[fi].facts.calls[ci];
+            let mut by_name = Vec::new();
+            if found.is_empty() && call.call.is_method() {
+                let all = methods.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
+                if all.len() <= 8 {
+                    by_name.extend(all.iter().copied());
+                }
+            }
+            (found, by_name)
+        };
+        let offsets = self.fn_offsets.clone();
+        let make = |tables: &DeviceTables| Resolver {
+            files,
+            offsets: &offsets,
+            tables: tables.clone(),
+            value_targets: &value_targets,
+            calls: Default::default(),
+        };
+        for _round in 0..8 {
             let mut changed = false;
-            let snapshot_params = params.clone();
-            let snapshot_fields = fields.clone();
-            let resolve = |fi: usize, fn_idx: Option<usize>, dev: super::values::Dev<'_>| {
-                if dev.kind != DeviceKind::Unknown {
-                    return Some(dev.kind);
-                }
-                match dev.sym? {
-                    super::values::DevSym::Param(i) => {
-                        let g = self.fn_offsets[fi] + fn_idx?;
-                        match snapshot_params[g].get(i)? {
-                            Seen::None => None,
-                            seen => Some(value(*seen)),
-                        }
-                    }
-                    super::values::DevSym::Field(owner, field) => {
-                        match snapshot_fields.get(&(owner, field))? {
-                            Seen::None => None,
-                            seen => Some(value(*seen)),
-                        }
-                    }
-                }
+            let round = make(&tables);
+            let resolver = |_: &DeviceTables, fi: usize, fn_idx: Option<usize>, dev: Dev<'_>| {
+                round.dev(fi, fn_idx, dev, 0)
             };
+            let snapshot = &round.tables;
             for (fi, file) in files.iter().enumerate() {
+                // Parameters, from the arguments at each call site.
                 let mut recorded = file.facts.arg_devs.iter().peekable();
                 for (ci, call) in file.facts.calls.iter().enumerate() {
                     let nargs = call.call.args().len();
-                    if nargs == 0
-                        || (targets[fi][ci].is_empty() && !helper_calls.contains_key(&(fi, ci)))
-                    {
-                        if recorded.peek().is_some_and(|(c, _)| *c == ci) {
-                            recorded.next();
-                        }
+                    let mut devs: Option<&[Dev<'_>]> = None;
+                    if recorded.peek().is_some_and(|(c, _)| *c == ci) {
+                        let (_, range) = recorded.next().expect("peeked");
+                        devs = Some(&file.facts.arg_dev_pool[range.clone()]);
+                    }
+                    if nargs == 0 {
                         continue;
                     }
-                    let unknown = [super::values::Dev::UNKNOWN];
-                    let devs: Box<dyn Iterator<Item = &super::values::Dev<'_>>> =
-                        match recorded.peek() {
-                            Some((c, range)) if *c == ci => {
-                                let range = range.clone();
-                                recorded.next();
-                                Box::new(file.facts.arg_dev_pool[range].iter())
-                            }
-                            _ => Box::new(unknown.iter().cycle().take(nargs)),
-                        };
-                    let devs: Vec<&super::values::Dev<'_>> = devs.collect();
                     let helpers = helper_calls.get(&(fi, ci));
                     let all_targets = targets[fi][ci].iter().chain(helpers.into_iter().flatten());
                     for &(tf, tidx) in all_targets {
@@ -637,79 +625,90 @@ impl CrateAnalysis {
                         let skip =
                             usize::from(!call.call.is_method() && target.sig.receiver().is_some());
                         let g = self.fn_offsets[tf] + tidx;
-                        for (i, dev) in devs.iter().skip(skip).enumerate() {
-                            let Some(slot) = params[g].get_mut(i) else {
+                        for i in 0..nargs.saturating_sub(skip) {
+                            if i >= tables.params[g].len() {
                                 break;
-                            };
-                            let kind = match resolve(fi, call.fn_idx, **dev) {
+                            }
+                            let dev = devs.map_or(Dev::UNKNOWN, |d| d[i + skip]);
+                            let kind = match resolver(snapshot, fi, call.fn_idx, dev) {
                                 Some(kind) => kind,
-                                None if dev.sym.is_some() => continue,
-                                None => DeviceKind::Unknown,
+                                None => continue,
                             };
-                            changed |= join(slot, kind);
+                            changed |= tables.params[g][i].join(kind);
                         }
                     }
                 }
                 for init in &file.facts.field_inits {
-                    let kind = match resolve(fi, init.fn_idx, init.dev) {
-                        Some(kind) => kind,
-                        None if init.dev.sym.is_some() => continue,
-                        None => DeviceKind::Unknown,
+                    let Some(kind) = resolver(snapshot, fi, init.fn_idx, init.dev) else {
+                        continue;
                     };
-                    changed |= join(
-                        fields.entry((init.owner, init.field)).or_insert(Seen::None),
-                        kind,
-                    );
+                    changed |= tables
+                        .fields
+                        .entry((init.owner.to_string(), init.field.to_string()))
+                        .or_insert(Seen::None)
+                        .join(kind);
+                }
+                for &(f, dev) in &file.facts.returns {
+                    let Some(kind) = resolver(snapshot, fi, Some(f), dev) else {
+                        continue;
+                    };
+                    changed |= tables.rets[self.fn_offsets[fi] + f].join(kind);
                 }
             }
             if !changed {
                 break;
             }
         }
-        self.param_dev = params
-            .into_iter()
-            .map(|p| p.into_iter().map(value).collect())
-            .collect();
-        self.field_dev = fields
-            .into_iter()
-            .map(|((o, f), seen)| ((o.to_string(), f.to_string()), value(seen)))
+        // What the calls' operands resolve to, once, for the rules.
+        let last = make(&tables);
+        let resolver = |_: &DeviceTables, fi: usize, fn_idx: Option<usize>, dev: Dev<'_>| {
+            last.dev(fi, fn_idx, dev, 0)
+        };
+        self.operand_devs = files
+            .iter()
+            .enumerate()
+            .map(|(fi, file)| {
+                file.facts
+                    .calls
+                    .iter()
+                    .map(|call| {
+                        let operand = Dev {
+                            kind: call.operand_device,
+                            syms: call.operand_syms,
+                        };
+                        let dest = Dev {
+                            kind: call.dest_device,
+                            syms: call.dest_syms,
+                        };
+                        (
+                            resolver(&tables, fi, call.fn_idx, operand)
+                                .unwrap_or(DeviceKind::Unknown),
+                            resolver(&tables, fi, call.fn_idx, dest).unwrap_or(DeviceKind::Unknown),
+                        )
+                    })
+                    .collect()
+            })
             .collect();
     }
 
     /// The device a call's operand lives on: what its function says, else what the crate's call
-    /// sites and struct literals say of the parameter or field it comes from.
-    pub(crate) fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> super::DeviceKind {
-        self.resolve_sym(file, call.fn_idx, call.operand_device, call.operand_sym)
+    /// sites, struct literals and return values say.
+    pub(crate) fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
+        self.call_devices(file, call).0
     }
 
     /// [`Self::operand_device`] for a transfer's destination.
-    pub(crate) fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> super::DeviceKind {
-        self.resolve_sym(file, call.fn_idx, call.dest_device, call.dest_sym)
+    pub(crate) fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
+        self.call_devices(file, call).1
     }
 
-    fn resolve_sym(
-        &self,
-        file: FileId,
-        fn_idx: Option<usize>,
-        kind: super::DeviceKind,
-        sym: Option<super::values::DevSym<'_>>,
-    ) -> super::DeviceKind {
-        use super::values::DevSym;
-        if kind != super::DeviceKind::Unknown {
-            return kind;
-        }
-        match sym {
-            Some(DevSym::Param(i)) => fn_idx
-                .and_then(|f| self.param_dev.get(self.fn_offsets[file.0] + f))
-                .and_then(|p| p.get(i).copied())
-                .unwrap_or(super::DeviceKind::Unknown),
-            Some(DevSym::Field(owner, field)) => self
-                .field_dev
-                .get(&(owner.to_string(), field.to_string()))
-                .copied()
-                .unwrap_or(super::DeviceKind::Unknown),
-            None => super::DeviceKind::Unknown,
-        }
+    fn call_devices(&self, file: FileId, call: &CallFact<'_>) -> (DeviceKind, DeviceKind) {
+        let calls = &self.operand_devs[file.0];
+        // The call's index in its file: calls are stored in one slice.
+        let index = calls_index(call, &self.call_base[file.0]);
+        index
+            .and_then(|i| calls.get(i).copied())
+            .unwrap_or((call.operand_device, call.dest_device))
     }
 
     /// Marks the functions found to be test code (called only from tests) as test code in the
@@ -1032,4 +1031,193 @@ fn candidates<'m>(
             lookup(index.free)
         })
     })
+}
+
+/// What the crate's call sites, struct literals or returns agree on so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Seen {
+    /// Nothing seen yet.
+    None,
+    /// Every one says this device.
+    One(DeviceKind),
+    /// They differ, or one is unknown.
+    Mixed,
+}
+
+impl Seen {
+    /// Adds one more observation; true when this changed anything.
+    fn join(&mut self, kind: DeviceKind) -> bool {
+        let next = match (*self, kind) {
+            (_, DeviceKind::Unknown) => Seen::Mixed,
+            (Seen::None, k) => Seen::One(k),
+            (Seen::One(a), k) if a == k => Seen::One(a),
+            _ => Seen::Mixed,
+        };
+        let changed = next != *self;
+        *self = next;
+        changed
+    }
+
+    /// None while nothing is settled; the device once something is.
+    fn settled(self) -> Option<DeviceKind> {
+        match self {
+            Seen::None => None,
+            Seen::One(k) => Some(k),
+            Seen::Mixed => Some(DeviceKind::Unknown),
+        }
+    }
+}
+
+/// The crate-wide device tables the fixed point fills.
+#[derive(Debug, Clone)]
+struct DeviceTables {
+    /// Per function (global index), per typed parameter.
+    params: Vec<Vec<Seen>>,
+    /// Per (struct, field).
+    fields: HashMap<(String, String), Seen>,
+    /// Per function (global index): its return value.
+    rets: Vec<Seen>,
+}
+
+/// Resolves symbolic devices against the tables.
+struct Resolver<'r, 'f> {
+    files: &'r [CrateFile<'f>],
+    offsets: &'r [usize],
+    tables: DeviceTables,
+    /// What each call returns, once worked out in this round: (file, call) -> device.
+    calls: std::cell::RefCell<HashMap<(usize, usize), Option<DeviceKind>>>,
+    /// A call's resolved targets, and (when there are none) the crate's methods of its name.
+    value_targets: &'r dyn Fn(usize, usize) -> (Vec<GlobalFn>, Vec<GlobalFn>),
+}
+
+impl Resolver<'_, '_> {
+    /// The device of `dev` in function `fn_idx` of file `fi`: Some(kind) when settled (Unknown
+    /// included), None while a source it depends on is not settled yet.
+    fn dev(
+        &self,
+        fi: usize,
+        fn_idx: Option<usize>,
+        dev: Dev<'_>,
+        depth: usize,
+    ) -> Option<DeviceKind> {
+        if dev.kind != DeviceKind::Unknown {
+            return Some(dev.kind);
+        }
+        let mut pending = false;
+        let mut out = DeviceKind::Unknown;
+        for sym in dev.syms.into_iter().flatten() {
+            match self.sym(fi, fn_idx, sym, depth) {
+                Some(DeviceKind::Gpu) => return Some(DeviceKind::Gpu),
+                Some(DeviceKind::Cpu) => out = DeviceKind::Cpu,
+                Some(DeviceKind::Unknown) => {}
+                None => pending = true,
+            }
+        }
+        if out == DeviceKind::Unknown && pending {
+            return None;
+        }
+        Some(out)
+    }
+
+    fn sym(
+        &self,
+        fi: usize,
+        fn_idx: Option<usize>,
+        sym: DevSym<'_>,
+        depth: usize,
+    ) -> Option<DeviceKind> {
+        // Chains of calls are followed this far; deeper is unknown.
+        if depth > 24 {
+            return Some(DeviceKind::Unknown);
+        }
+        match sym {
+            DevSym::Param(i) => {
+                let g = self.offsets[fi] + fn_idx?;
+                self.tables.params[g]
+                    .get(i)
+                    .copied()
+                    .unwrap_or(Seen::Mixed)
+                    .settled()
+            }
+            DevSym::Field(owner, field) => self
+                .tables
+                .fields
+                .get(&(owner.to_string(), field.to_string()))
+                .copied()
+                .unwrap_or(Seen::Mixed)
+                .settled(),
+            DevSym::Ret(ci) => {
+                if let Some(&known) = self.calls.borrow().get(&(fi, ci)) {
+                    return known;
+                }
+                // A cycle through this call while it is being worked out: unknown.
+                self.calls
+                    .borrow_mut()
+                    .insert((fi, ci), Some(DeviceKind::Unknown));
+                let found = self.ret(fi, ci, depth);
+                self.calls.borrow_mut().insert((fi, ci), found);
+                found
+            }
+        }
+    }
+
+    /// What call `ci` of file `fi` returns.
+    fn ret(&self, fi: usize, ci: usize, depth: usize) -> Option<DeviceKind> {
+        {
+            {
+                let call = self.files[fi].facts.calls.get(ci)?;
+                // Where the call's receiver and arguments live (for a call outside the crate,
+                // where its result lives).
+                let operand = Dev {
+                    kind: call.operand_device,
+                    syms: call.operand_syms,
+                };
+                let from_operands = self.dev(fi, call.fn_idx, operand, depth + 1);
+                let (resolved, by_name) = (self.value_targets)(fi, ci);
+                // A method the crate defines on several types, with an unknown receiver: its
+                // operands speak first (`t.mul(..)` on a tensor), the crate's methods after.
+                if !by_name.is_empty()
+                    && matches!(from_operands, Some(k) if k != DeviceKind::Unknown)
+                {
+                    return from_operands;
+                }
+                let found = if resolved.is_empty() {
+                    by_name
+                } else {
+                    resolved
+                };
+                if found.is_empty() {
+                    return from_operands;
+                }
+                let mut seen = Seen::None;
+                for (tf, tidx) in found {
+                    match self.tables.rets[self.offsets[tf] + tidx] {
+                        Seen::None => return None,
+                        Seen::One(k) => {
+                            seen.join(k);
+                        }
+                        Seen::Mixed => {
+                            seen.join(DeviceKind::Unknown);
+                        }
+                    }
+                }
+                match seen.settled() {
+                    Some(DeviceKind::Unknown) => from_operands,
+                    other => other,
+                }
+            }
+        }
+    }
+}
+
+/// A call's index in its file's calls, from a reference into them.
+fn calls_index(call: &CallFact<'_>, base: &(usize, usize)) -> Option<usize> {
+    let at = call as *const CallFact<'_> as usize;
+    let size = std::mem::size_of::<CallFact<'_>>();
+    let (start, len) = *base;
+    if at < start || size == 0 {
+        return None;
+    }
+    let index = (at - start) / size;
+    (index < len && (at - start).is_multiple_of(size)).then_some(index)
 }

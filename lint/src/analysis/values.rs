@@ -34,15 +34,22 @@ impl<'a> TypeHint<'a> {
 }
 
 /// Where a value's device comes from when the function alone does not say: a parameter (the
-/// arguments at the crate's call sites decide) or a struct field (the crate's struct literals
-/// decide).
+/// arguments at the crate's call sites decide), a struct field (the crate's struct literals
+/// decide), or what a call returns (the crate function it calls decides; a call outside the crate
+/// returns where its operands live).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DevSym<'a> {
     /// The function's parameter number `.0` (counting typed parameters, not `self`).
     Param(usize),
-    /// Field `.1` of a value of type `.0`.
+    /// Field `.1` of a value of type `.0` (`"0"`, `"1"` for tuple structs).
     Field(&'a str, &'a str),
+    /// The value returned by call number `.0` of the file.
+    Ret(usize),
 }
+
+/// The symbolic sources of a value's device: up to two (a method's receiver and its first
+/// argument, the two sides of an operator).
+pub type Syms<'a> = [Option<DevSym<'a>>; 2];
 
 /// The device of a value: known, or symbolic (resolved across the crate), or neither.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,40 +57,61 @@ pub struct Dev<'a> {
     /// What the function alone says.
     pub kind: DeviceKind,
     /// Where to look when `kind` is unknown.
-    pub sym: Option<DevSym<'a>>,
+    pub syms: Syms<'a>,
 }
 
 impl<'a> Dev<'a> {
     /// Nothing known.
     pub const UNKNOWN: Dev<'static> = Dev {
         kind: DeviceKind::Unknown,
-        sym: None,
+        syms: [None, None],
     };
 
     /// A known device.
     pub fn known(kind: DeviceKind) -> Dev<'a> {
-        Dev { kind, sym: None }
+        Dev {
+            kind,
+            syms: [None, None],
+        }
+    }
+
+    /// A device that `sym` decides.
+    pub fn symbolic(sym: DevSym<'a>) -> Dev<'a> {
+        Dev {
+            kind: DeviceKind::Unknown,
+            syms: [Some(sym), None],
+        }
+    }
+
+    /// Whether anything is known or can be looked up.
+    pub fn is_informative(&self) -> bool {
+        self.kind != DeviceKind::Unknown || self.syms[0].is_some()
     }
 }
 
 /// Merges the devices of several operands: an accelerator wins (the operation runs there); the
-/// CPU when every known operand is on the CPU; else the first symbolic source.
+/// CPU when every known operand is on the CPU; else the (first two) symbolic sources.
 pub(crate) fn merge_devs<'a>(devs: impl IntoIterator<Item = Dev<'a>>) -> Dev<'a> {
     let mut kind = DeviceKind::Unknown;
-    let mut sym = None;
+    let mut syms: Syms<'a> = [None, None];
     for d in devs {
         match d.kind {
             DeviceKind::Gpu => return Dev::known(DeviceKind::Gpu),
             DeviceKind::Cpu => kind = DeviceKind::Cpu,
             DeviceKind::Unknown => {
-                if sym.is_none() {
-                    sym = d.sym;
+                for sym in d.syms.into_iter().flatten() {
+                    if syms.contains(&Some(sym)) {
+                        continue;
+                    }
+                    if let Some(slot) = syms.iter_mut().find(|s| s.is_none()) {
+                        *slot = Some(sym);
+                    }
                 }
             }
         }
     }
     if kind == DeviceKind::Unknown {
-        Dev { kind, sym }
+        Dev { kind, syms }
     } else {
         Dev::known(kind)
     }
