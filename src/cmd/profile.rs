@@ -42,7 +42,8 @@ pub struct ProfileArgs {
     #[arg(long, short = 'o', value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Replace the previous run's trace and summary in --out DIR
+    /// Replace the previous run's trace files and reports in --out DIR (only files perfkit
+    /// can prove it wrote; anything else stays and is named)
     #[arg(long, requires = "out")]
     force: bool,
 
