@@ -1,0 +1,189 @@
+//! Regression tests for what perfkit promises when the world is not kind: nothing it did not
+//! write is lost, and nothing goes wrong without saying so (`--force`, shared output
+//! directories, concurrent runs, incomplete runs, suppressions inside strings, ...).
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PERFKIT: &str = env!("CARGO_BIN_EXE_perfkit");
+
+fn perfkit() -> Command {
+    let mut cmd = Command::new(PERFKIT);
+    cmd.env("NO_COLOR", "1").env_remove("PERFKIT_TRACE");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run perfkit");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, text: impl AsRef<[u8]>) -> PathBuf {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}
+
+/// The first bytes of a perfkit trace file (magic and version).
+fn trace_magic() -> Vec<u8> {
+    let mut bytes = perfkit_profiler::format::MAGIC.to_vec();
+    bytes.extend_from_slice(&[1, 0, 0, 0]);
+    bytes
+}
+
+// 1. `--force` deletes only what perfkit can prove it wrote.
+
+#[test]
+fn force_keeps_a_source_file_in_trace_and_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let source = write(&dir.join("trace/main.rs"), "fn main() {}\n");
+    let trace = write(&dir.join("trace/old.pktrace"), trace_magic());
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("main.rs"),
+        "the refusal names the file: {stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), "fn main() {}\n");
+    assert!(trace.exists(), "a refused run removes nothing");
+}
+
+#[test]
+fn force_never_follows_the_list_of_reports_in_a_previous_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(&dir.join("Cargo.toml"), "[package]\nname = \"mine\"\n");
+    write(&dir.join("README.md"), "# mine\n");
+    // A first run makes the directory perfkit's own.
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    // A summary that lists the user's files as reports.
+    write(
+        &dir.join("summary.json"),
+        r#"{"files": {"summary": "summary.json", "reports": ["Cargo.toml", "README.md"]}}"#,
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(dir.join("Cargo.toml").is_file());
+    assert!(dir.join("README.md").is_file());
+}
+
+// 2. One run per directory; a user's own files named like reports are not overwritten.
+
+#[test]
+fn a_second_run_into_the_same_directory_is_refused_with_the_first_ones_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let mut first = perfkit()
+        .args(["profile", "--quiet", "--out"])
+        .arg(&dir)
+        .args(["--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = dir.join(".perfkit-run");
+    let wanted = format!("pid {}", first.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&marker).is_ok_and(|t| t.contains(&wanted)) {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never took the directory"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(&dir)
+        .args(["--", "true"]));
+    let _ = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let _ = first.wait();
+    let (code, _, stderr) = second;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&wanted),
+        "names the other run's pid: {stderr}"
+    );
+}
+
+#[test]
+fn a_users_own_report_html_is_not_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mine = write(&dir.join("report.html"), "<p>my report</p>");
+    for force in [false, true] {
+        let mut cmd = perfkit();
+        cmd.args(["profile", "--quiet", "--out"]).arg(dir);
+        if force {
+            cmd.arg("--force");
+        }
+        let (code, _, stderr) = run(cmd.args(["--", "true"]));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("report.html"), "{stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "<p>my report</p>");
+}
+
+// 9. Suppressions count only in comments.
+
+const READBACK_IN_LOOP: &str = r#"use candle_core::{DType, Device, Tensor};
+use candle_nn::{AdamW, Optimizer, VarBuilder, VarMap};
+
+pub const NOTE: &str = "see: // perfkit: allow-file(PK101) in the docs";
+
+pub fn train(batches: &[(Tensor, Tensor)], device: &Device) -> candle_core::Result<f32> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::BF16, device);
+    let model = candle_nn::linear(784, 10, vb)?;
+    let mut opt = AdamW::new_lr(varmap.all_vars(), 1e-3)?;
+    let mut last = 0.0;
+    for (images, labels) in batches {
+        let logits = images.apply(&model)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
+        opt.backward_step(&loss)?;
+        last = loss.to_scalar::<f32>()?;
+    }
+    Ok(last)
+}
+"#;
+
+#[test]
+fn a_suppression_inside_a_string_literal_suppresses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--format", "json"]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let codes: Vec<&str> = value["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["PK101"], "{stdout}");
+}
