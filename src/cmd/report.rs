@@ -50,18 +50,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let mut options = AnalyzeOptions::default();
     options.step_span = args.step_span.clone();
     let analysis = analyze_path(&args.input, &options)?;
-    for p in &analysis.processes {
-        if let Some(err) = &p.read_error {
-            eprintln!(
-                "perfkit: warning: {}: {err} (reporting what was read before it)",
-                p.meta.file
-            );
-        } else if !p.complete {
-            eprintln!(
-                "perfkit: warning: {}: the trace was cut short (the program was killed?); reporting what was recorded",
-                p.meta.file
-            );
-        }
+    for reason in analysis.incomplete_reasons() {
+        eprintln!("perfkit: warning: {reason}");
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
