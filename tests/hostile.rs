@@ -3,6 +3,9 @@
 //! directories, concurrent runs, incomplete runs, suppressions inside strings, ...).
 #![cfg(unix)]
 
+#[path = "../reports/tests/synth/mod.rs"]
+mod synth;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -186,4 +189,149 @@ fn a_suppression_inside_a_string_literal_suppresses_nothing() {
         .map(|f| f["code"].as_str().unwrap())
         .collect();
     assert_eq!(codes, ["PK101"], "{stdout}");
+}
+
+// 3. One unreadable trace does not block the run.
+
+const START: u64 = 1_700_000_000_000_000_000;
+
+fn good_trace() -> Vec<u8> {
+    synth::trace_bytes("train", 7, None, START, &synth::Workload::tuned())
+}
+
+/// A run directory with one good trace, an empty one and a garbage one.
+fn run_with_unreadable_traces(root: &Path) -> PathBuf {
+    let dir = root.join("run");
+    write(&dir.join("trace/train-7.pktrace"), good_trace());
+    write(&dir.join("trace/worker-9.pktrace"), b"");
+    write(
+        &dir.join("trace/garbage-3.pktrace"),
+        b"this is not a trace at all",
+    );
+    dir
+}
+
+#[test]
+fn report_reports_what_is_readable_and_names_what_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_with_unreadable_traces(tmp.path());
+    let (code, _, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    for name in ["worker-9.pktrace", "garbage-3.pktrace"] {
+        assert!(stderr.contains(name), "terminal names {name}: {stderr}");
+        let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+        assert!(md.contains(name), "summary.md names {name}:\n{md}");
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(html.contains(name), "report.html names {name}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["run"]["incomplete"], true, "{summary:#}");
+    assert_eq!(summary["analysis"]["complete"], false);
+    assert_eq!(
+        summary["analysis"]["unreadable"].as_array().unwrap().len(),
+        2
+    );
+}
+
+#[test]
+fn profile_writes_the_reports_beside_an_empty_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && : > \"$PERFKIT_TRACE/worker-9.pktrace\"",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(out.join("report.html").is_file(), "{stderr}");
+    assert!(stderr.contains("worker-9.pktrace"), "{stderr}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("worker-9.pktrace"));
+}
+
+// 6. An incomplete run is named by diff and fails check unless allowed.
+
+fn cut_run(root: &Path) -> PathBuf {
+    let mut s = synth::Synth::new(Vec::new(), "train", 8, None, START);
+    synth::write_run(&mut s, &synth::Workload::tuned());
+    let bytes = s.finish(true);
+    write(&root.join("cut/trace/train-8.pktrace"), bytes);
+    root.join("cut")
+}
+
+fn good_run(root: &Path) -> PathBuf {
+    write(&root.join("good/trace/train-7.pktrace"), good_trace());
+    root.join("good")
+}
+
+#[test]
+fn check_fails_on_an_incomplete_candidate_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, cut) = (good_run(tmp.path()), cut_run(tmp.path()));
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--max-regression", "1000%", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args([
+            "check",
+            "--allow-incomplete",
+            "--max-regression",
+            "1000%",
+            "--baseline",
+        ])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+}
+
+#[test]
+fn check_fails_on_a_candidate_ended_by_sigint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = good_run(tmp.path());
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("stopped");
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && kill -INT $$",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 130, "{stderr}");
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--max-regression", "1000%", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&out));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("SIGINT"), "{stdout}");
+}
+
+#[test]
+fn diff_names_an_incomplete_run_in_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, cut) = (good_run(tmp.path()), cut_run(tmp.path()));
+    for format in ["text", "json", "html"] {
+        let (code, stdout, stderr) = run(perfkit()
+            .args(["diff", "--format", format])
+            .arg(&base)
+            .arg(&cut));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains("cut short"), "{format}: {stdout}");
+    }
 }

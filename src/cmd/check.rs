@@ -17,7 +17,9 @@
 //!   `max-regression` x the baseline median step time (copies may take at most 5% more of a
 //!   step), so a run that had no exposed copies can still be compared.
 //!
-//! Improvements and changes within noise pass. Exit codes: 0 pass, 1 fail, 2 error.
+//! Improvements and changes within noise pass. An incomplete run (a trace cut short or
+//! unreadable, the program ended by a signal) fails unless `--allow-incomplete`. Exit codes:
+//! 0 pass, 1 fail, 2 error.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -56,6 +58,10 @@ pub struct CheckArgs {
     /// The run to check against the baseline.
     #[arg(long, value_name = "NEW", requires = "baseline")]
     candidate: Option<PathBuf>,
+    /// Compare runs even when one is incomplete (a trace cut short or unreadable, the program
+    /// ended by a signal); without it an incomplete run fails the check.
+    #[arg(long, requires = "baseline")]
+    allow_incomplete: bool,
     /// Largest allowed regression, in percent (`5%` or `5`).
     #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
     max_regression: f64,
@@ -456,6 +462,34 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let options = AnalyzeOptions::default();
         let base = load(base_path, &options)?;
         let new = load(new_path, &options)?;
+        for (which, run) in [("baseline", &base), ("candidate", &new)] {
+            if run.incomplete.is_empty() {
+                continue;
+            }
+            let verdict = if args.allow_incomplete {
+                "allowed by --allow-incomplete"
+            } else {
+                failed = true;
+                "FAIL (pass --allow-incomplete to compare it anyway)"
+            };
+            let line = format!(
+                "{which} run incomplete: {}: {verdict}",
+                run.incomplete.join("; ")
+            );
+            writeln!(out, "{line}")?;
+            if !args.allow_incomplete && args.format == CheckFormat::Github {
+                writeln!(
+                    out,
+                    "::error title=perfkit check::{}",
+                    output::github::escape_data(&line)
+                )?;
+            }
+            let _ = writeln!(
+                md,
+                "**{which} run incomplete**: {}\n",
+                run.incomplete.join("; ")
+            );
+        }
         let gates = compare(&base, &new, args.max_regression)?;
         md.push_str("| quantity | baseline | candidate | change | noise | allowed | verdict |\n|---|---|---|---|---|---|---|\n");
         for g in &gates {
