@@ -335,3 +335,45 @@ fn diff_names_an_incomplete_run_in_every_format() {
         assert!(stdout.contains("cut short"), "{format}: {stdout}");
     }
 }
+
+// 4. `--lint PATH` problems are reported as `perfkit lint` reports them.
+
+#[test]
+fn report_lint_names_a_missing_path_and_an_unparsable_file_and_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_run(tmp.path());
+    let broken = write(&tmp.path().join("src/broken.rs"), "fn x( {\n");
+    let missing = tmp.path().join("no/such/path");
+    let (code, stdout, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .arg("--lint")
+        .arg(&missing)
+        .arg("--lint")
+        .arg(&broken));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("no/such/path"), "{stderr}");
+    assert!(stderr.contains("broken.rs"), "{stderr}");
+    assert!(
+        dir.join("report.html").is_file(),
+        "the reports are still written"
+    );
+}
+
+#[test]
+fn profile_lint_names_a_missing_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    let missing = tmp.path().join("no/such/path");
+    let script = format!("cp '{}' \"$PERFKIT_TRACE/\"", good.display());
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-inject", "--out"])
+        .arg(&out)
+        .arg("--lint")
+        .arg(&missing)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "the program's own exit status: {stderr}");
+    assert!(stderr.contains("no/such/path"), "{stderr}");
+    assert!(stderr.contains("could not be linted"), "{stderr}");
+}

@@ -116,14 +116,30 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 /// Lints `paths` and puts its findings beside the `runtime` ones, a lint finding marked confirmed
-/// (with the measured cost) where the run saw the same rule at the same source line.
+/// (with the measured cost) where the run saw the same rule at the same source line. Also
+/// returns the files that could not be linted (missing, unreadable, unparsable), for the caller
+/// to report as `perfkit lint` does.
 pub fn with_lint_findings(
     paths: &[std::path::PathBuf],
     runtime: Vec<Finding>,
-) -> Result<Vec<Finding>, perfkit_lint::LintError> {
+) -> Result<(Vec<Finding>, Vec<perfkit_lint::FileError>), perfkit_lint::LintError> {
     let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new(paths.to_vec()))?;
     let lint = lint_to_findings(&report.diagnostics);
-    Ok(perfkit_reports::rules::confirm(lint, runtime))
+    Ok((
+        perfkit_reports::rules::confirm(lint, runtime),
+        report.errors,
+    ))
+}
+
+/// The line `perfkit lint` prints for a file it could not lint, prefixed for `--lint`:
+/// `perfkit: error: --lint: src/a.rs:1: syntax error: ...`.
+pub fn lint_error_line(error: &perfkit_lint::FileError) -> String {
+    let line = error.line.map(|l| format!(":{l}")).unwrap_or_default();
+    format!(
+        "perfkit: error: --lint: {}{line}: {}",
+        error.path.display(),
+        error.message
+    )
 }
 
 /// The cargo workspace root of source files, cached per directory: the nearest directory above
