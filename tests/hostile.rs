@@ -377,3 +377,33 @@ fn profile_lint_names_a_missing_path() {
     assert!(stderr.contains("no/such/path"), "{stderr}");
     assert!(stderr.contains("could not be linted"), "{stderr}");
 }
+
+// 7. A step cut short is not a step, in every output.
+
+#[test]
+fn a_step_cut_short_is_counted_nowhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = synth::Synth::new(Vec::new(), "train", 5, None, START);
+    s.thread(0, "main");
+    for i in 0..5 {
+        s.enter(0, "step", Some(i));
+        s.work(1_000_000);
+        s.exit(0);
+    }
+    s.enter(0, "step", Some(5));
+    s.work(3_000_000);
+    let dir = tmp.path().join("run");
+    write(&dir.join("trace/train-5.pktrace"), s.finish(true));
+    let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("steps: 5 "), "terminal: {stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"]["count"], 5, "top level");
+    assert_eq!(
+        summary["analysis"]["processes"][0]["steps"]["duration"]["count"], 5,
+        "analysis section"
+    );
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(md.contains("\n| 5 |"), "summary.md: {md}");
+}
