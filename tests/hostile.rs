@@ -407,3 +407,44 @@ fn a_step_cut_short_is_counted_nowhere() {
     let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
     assert!(md.contains("\n| 5 |"), "summary.md: {md}");
 }
+
+// 8. A span entered many times counts each entry.
+
+#[test]
+fn a_span_entered_three_times_is_three_calls_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = synth::Synth::new(Vec::new(), "train", 6, None, START);
+    s.enter(0, "step", Some(0));
+    let linear = s.enter(0, "linear", None);
+    s.work(1_000_000);
+    s.exit_only(0);
+    for ns in [2_000_000, 3_000_000] {
+        s.reenter(0, linear);
+        s.work(ns);
+        s.exit_only(0);
+    }
+    s.close(0, linear);
+    s.exit(0);
+    let dir = tmp.path().join("run");
+    write(&dir.join("trace/train-6.pktrace"), s.finish(false));
+    let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let find = |spans: &serde_json::Value| {
+        spans
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "linear")
+            .cloned()
+            .unwrap()
+    };
+    let top = find(&summary["spans"]);
+    assert_eq!(top["calls"], 3, "top level: {top}");
+    assert_eq!(top["mean_ns"], 2_000_000);
+    let analysed = find(&summary["analysis"]["processes"][0]["spans"]);
+    assert_eq!(analysed["calls"], 3, "analysis: {analysed}");
+    assert!(analysed["mean_ns"].as_u64() <= analysed["max_ns"].as_u64());
+    assert!(stdout.contains("linear"), "{stdout}");
+}

@@ -572,10 +572,12 @@ impl ProcessIngest {
             .filter(|(_, a)| a.exits > 0)
             .map(|(name, a)| SpanStats {
                 name: name.clone(),
-                calls: a.calls,
+                // Each busy interval (enter to exit) is a call, as the profiler's summary
+                // counts them: a span entered many times is not one call.
+                calls: a.exits,
                 total_ns: a.total,
                 self_ns: a.self_ns,
-                mean_ns: a.total / a.calls.max(1),
+                mean_ns: a.total / a.exits.max(1),
                 max_ns: a.max,
             })
             .collect();

@@ -176,7 +176,7 @@ pub struct ThreadInfo {
 pub struct SpanStats {
     /// Span name.
     pub name: String,
-    /// Completed calls.
+    /// Entries (busy intervals, enter to exit): a span entered many times counts each.
     pub calls: u64,
     /// Wall time inside the span (outermost occurrences only, so recursion is not counted twice).
     pub total_ns: u64,
