@@ -1,5 +1,11 @@
 //! Suppression comments: `// perfkit: allow(PK101)` at the end of the offending line or on the line
 //! above, `// perfkit: allow-file(PK101)` anywhere in the file. Several codes: `allow(PK101, PK202)`.
+//!
+//! Only comments count: text inside a string, byte string, raw string or character literal
+//! never suppresses anything. The literals are found by the tokenizer (`proc_macro2`), not by
+//! searching the text.
+
+use std::ops::Range;
 
 /// One suppression comment.
 #[derive(Debug, Clone)]
@@ -46,8 +52,21 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
     if memchr::memmem::find(source.as_bytes(), b"perfkit:").is_none() {
         return out;
     }
-    for (index, line) in source.lines().enumerate() {
-        let Some(comment_at) = line.find("//") else {
+    let Some(literals) = literal_ranges(source) else {
+        // A file that does not tokenize is not linted: nothing to suppress.
+        return out;
+    };
+    let mut line_start = 0;
+    for (index, raw_line) in source.split_inclusive('\n').enumerate() {
+        let offset = line_start;
+        line_start += raw_line.len();
+        let line = raw_line.trim_end_matches('\n').trim_end_matches('\r');
+        // The first `//` outside every literal starts the comment.
+        let Some(comment_at) = line
+            .match_indices("//")
+            .map(|(at, _)| at)
+            .find(|at| !inside(&literals, offset + at))
+        else {
             continue;
         };
         let comment = &line[comment_at + 2..];
@@ -93,9 +112,84 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
     out
 }
 
+/// The byte ranges of the file's string, byte string and character literals, in order; `None`
+/// when the file does not tokenize. Doc comments, which the tokenizer hands over as `doc`
+/// attributes whose literal spans the comment, are comments and not listed.
+fn literal_ranges(source: &str) -> Option<Vec<Range<usize>>> {
+    let prefix = skipped_prefix_len(source);
+    let tokens: proc_macro2::TokenStream = source[prefix..].parse().ok()?;
+    let mut out = Vec::new();
+    collect_literals(tokens, source, prefix, &mut out);
+    out.sort_by_key(|r| r.start);
+    Some(out)
+}
+
+fn collect_literals(
+    tokens: proc_macro2::TokenStream,
+    source: &str,
+    prefix: usize,
+    out: &mut Vec<Range<usize>>,
+) {
+    for token in tokens {
+        match token {
+            proc_macro2::TokenTree::Group(group) => {
+                collect_literals(group.stream(), source, prefix, out);
+            }
+            proc_macro2::TokenTree::Literal(literal) => {
+                let range = literal.span().byte_range();
+                let range = range.start + prefix..range.end + prefix;
+                let is_comment = source
+                    .get(range.clone())
+                    .is_some_and(|t| t.starts_with('/'));
+                if !is_comment {
+                    out.push(range);
+                }
+            }
+            proc_macro2::TokenTree::Ident(_) | proc_macro2::TokenTree::Punct(_) => {}
+        }
+    }
+}
+
+/// Whether byte `at` lies inside one of the sorted, disjoint `ranges`.
+fn inside(ranges: &[Range<usize>], at: usize) -> bool {
+    let i = ranges.partition_point(|r| r.end <= at);
+    ranges.get(i).is_some_and(|r| r.start <= at)
+}
+
+/// What the tokenizer is not given: a BOM, then a shebang line (not `#![attr]`), as
+/// `syn::parse_file` does.
+fn skipped_prefix_len(source: &str) -> usize {
+    let mut skipped = 0;
+    let mut rest = source;
+    if let Some(stripped) = rest.strip_prefix('\u{feff}') {
+        skipped += '\u{feff}'.len_utf8();
+        rest = stripped;
+    }
+    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
+        skipped += rest.find('\n').unwrap_or(rest.len());
+    }
+    skipped
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse;
+
+    #[test]
+    fn text_inside_literals_is_not_a_comment() {
+        let source = concat!(
+            "const A: &str = \"x // perfkit: allow-file(PK101) y\";\n",
+            "const B: &str = r#\"\n// perfkit: allow(PK102)\n\"#;\n",
+            "const C: &[u8] = b\"// perfkit: allow(PK201)\";\n",
+            "let s = \"//\"; // perfkit: allow(PK303)\n",
+            "/// perfkit: allow(PK401)\n",
+            "fn f() {}\n",
+        );
+        let found = parse(source);
+        let codes: Vec<&str> = found.iter().map(|s| s.codes[0].as_str()).collect();
+        assert_eq!(codes, ["PK303", "PK401"]);
+        assert_eq!((found[0].line, found[0].column), (6, 15));
+    }
 
     #[test]
     fn finds_line_and_file_suppressions() {

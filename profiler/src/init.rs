@@ -279,8 +279,26 @@ fn create_trace_file(output: &Path, program: &str, pid: u32) -> Result<(File, Pa
         if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
         }
-        let f = File::create(output).map_err(|e| err(output, e))?;
-        return Ok((f, output.to_path_buf()));
+        // An existing file is never overwritten: it may be an earlier trace, or not a trace
+        // at all. The trace then goes next to it, under a name of its own.
+        match OpenOptions::new().write(true).create_new(true).open(output) {
+            Ok(f) => return Ok((f, output.to_path_buf())),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(err(output, e)),
+        }
+        let stem = output
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (f, path) = create_numbered(output, &format!("{stem}-{pid}"), |name| {
+            output.with_file_name(name)
+        })?;
+        eprintln!(
+            "perfkit: `{}` already exists and is left as it is; recording into `{}`",
+            output.display(),
+            path.display()
+        );
+        return Ok((f, path));
     }
     std::fs::create_dir_all(output).map_err(|e| err(output, e))?;
     let safe: String = program
@@ -293,13 +311,27 @@ fn create_trace_file(output: &Path, program: &str, pid: u32) -> Result<(File, Pa
             }
         })
         .collect();
+    create_numbered(output, &format!("{safe}-{pid}"), |name| output.join(name))
+}
+
+/// Creates `<base>.pktrace`, else `<base>-2.pktrace`, ... (never an existing file), at the
+/// path `place` gives for each name.
+fn create_numbered(
+    output: &Path,
+    base: &str,
+    place: impl Fn(&str) -> PathBuf,
+) -> Result<(File, PathBuf), InitError> {
+    let err = |path: &Path, source| InitError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
     for n in 1u32.. {
         let name = if n == 1 {
-            format!("{safe}-{pid}.{}", crate::format::TRACE_EXTENSION)
+            format!("{base}.{}", crate::format::TRACE_EXTENSION)
         } else {
-            format!("{safe}-{pid}-{n}.{}", crate::format::TRACE_EXTENSION)
+            format!("{base}-{n}.{}", crate::format::TRACE_EXTENSION)
         };
-        let path = output.join(name);
+        let path = place(&name);
         match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(f) => return Ok((f, path)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 10_000 => continue,
@@ -427,5 +459,22 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         self.finish_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_trace_path_is_never_overwritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let existing = tmp.path().join("existing.pktrace");
+        std::fs::write(&existing, b"precious").unwrap();
+        let (_f, path) = create_trace_file(&existing, "train", 42).unwrap();
+        assert_eq!(std::fs::read(&existing).unwrap(), b"precious");
+        assert_eq!(path, tmp.path().join("existing-42.pktrace"));
+        let (_f, again) = create_trace_file(&existing, "train", 42).unwrap();
+        assert_eq!(again, tmp.path().join("existing-42-2.pktrace"));
     }
 }

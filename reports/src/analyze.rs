@@ -70,8 +70,22 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Analysis> {
     let mut processes = Vec::with_capacity(files.len());
     // Each analysis's trace file, found again after `assemble` reorders the processes.
     let mut origin: Vec<(PathBuf, String, u32)> = Vec::with_capacity(files.len());
+    let mut unreadable = Vec::new();
+    let mut first_error = None;
     for file in &files {
-        let src = TraceSource::open(file)?;
+        // One unreadable file (a worker killed before its first write) does not hide the
+        // others: it is named, and the run is incomplete.
+        let src = match TraceSource::open(file) {
+            Ok(src) => src,
+            Err(err) => {
+                unreadable.push(crate::model::UnreadableTrace {
+                    file: file.display().to_string(),
+                    error: err.to_string(),
+                });
+                first_error.get_or_insert(err);
+                continue;
+            }
+        };
         // Auxiliary traces (a GPU sampler's) are not processes of the program.
         if files.len() > 1 && src.role().is_some() {
             continue;
@@ -80,8 +94,15 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Analysis> {
         origin.push((file.clone(), p.meta.file.clone(), p.meta.pid));
         processes.push(p);
     }
+    if processes.is_empty()
+        && let Some(err) = first_error
+    {
+        return Err(err);
+    }
     let mut analysis = assemble(path.display().to_string(), processes);
     analysis.source_path = path.to_path_buf();
+    analysis.complete &= unreadable.is_empty();
+    analysis.unreadable = unreadable;
     analysis.files = analysis
         .processes
         .iter()
@@ -192,6 +213,7 @@ pub fn assemble(source: String, mut processes: Vec<ProcessAnalysis>) -> Analysis
         timeline: Timeline::default(),
         files: Vec::new(),
         source_path: std::path::PathBuf::new(),
+        unreadable: Vec::new(),
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Run {
     pub source: String,
     /// Its processes.
     pub processes: Vec<ProcessAnalysis>,
+    /// Why the run is incomplete, one sentence each (empty when complete).
+    pub incomplete: Vec<String>,
 }
 
 impl Run {
@@ -31,16 +33,24 @@ impl Run {
         Self {
             source: a.source.clone(),
             processes: a.processes.clone(),
+            incomplete: a.incomplete_reasons(),
         }
     }
 
     /// The run of a `summary.json` (its `analysis` section, which must be present).
     pub fn of_summary(s: &Summary, path: &Path) -> Result<Self> {
         match &s.analysis {
-            Some(a) => Ok(Self {
-                source: a.source.clone(),
-                processes: a.processes.clone(),
-            }),
+            Some(a) => {
+                let mut incomplete = crate::summary::incomplete_reasons(s);
+                if incomplete.is_empty() && !a.complete {
+                    incomplete.push("a trace was cut short".to_owned());
+                }
+                Ok(Self {
+                    source: a.source.clone(),
+                    processes: a.processes.clone(),
+                    incomplete,
+                })
+            }
             None => Err(Error::Summary {
                 path: path.to_path_buf(),
                 message: "the summary has no `analysis` section; run `perfkit report` on the run's traces first".to_owned(),
@@ -81,6 +91,26 @@ pub struct DiffReport {
     pub copies: Vec<Delta>,
     /// Per synchronization source line (host blocked time).
     pub syncs: Vec<Delta>,
+    /// Why the base run is incomplete (empty when complete).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_incomplete: Vec<String>,
+    /// Why the new run is incomplete (empty when complete).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_incomplete: Vec<String>,
+}
+
+impl DiffReport {
+    /// One line per incomplete run: `base run INCOMPLETE: ...`.
+    pub fn incomplete_lines(&self) -> Vec<String> {
+        [
+            ("base", &self.base_incomplete),
+            ("new", &self.new_incomplete),
+        ]
+        .into_iter()
+        .filter(|(_, reasons)| !reasons.is_empty())
+        .map(|(which, reasons)| format!("{which} run INCOMPLETE: {}", reasons.join("; ")))
+        .collect()
+    }
 }
 
 /// Change of the median step time.
@@ -189,7 +219,24 @@ impl RunInput {
     pub fn load(&self, options: &crate::AnalyzeOptions) -> Result<Run> {
         match self {
             RunInput::Summary(p) => Run::of_summary(&Summary::load(p)?, p),
-            RunInput::Traces(p) => Ok(Run::of_analysis(&crate::analyze::analyze_path(p, options)?)),
+            RunInput::Traces(p) => {
+                let mut run = Run::of_analysis(&crate::analyze::analyze_path(p, options)?);
+                // The traces cannot tell how the program ended; the summary that `perfkit
+                // profile` wrote beside them can.
+                if let Ok(summary) = Summary::load(&p.join("summary.json"))
+                    && let Some(exit) = &summary.core.run.exit
+                    && exit.signal.is_some()
+                {
+                    run.incomplete.insert(
+                        0,
+                        format!(
+                            "the program was ended by {}",
+                            exit.description.trim_start_matches("signal ")
+                        ),
+                    );
+                }
+                Ok(run)
+            }
         }
     }
 }
@@ -367,6 +414,8 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
         version: VERSION,
         base: base.source.clone(),
         new: new.source.clone(),
+        base_incomplete: base.incomplete.clone(),
+        new_incomplete: new.incomplete.clone(),
         steps,
         operations,
         spans: pair(
@@ -430,6 +479,9 @@ impl DiffReport {
             self.new,
             self.headline()
         );
+        for line in self.incomplete_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         for (title, rows) in [
             ("operations", &self.operations),
             ("spans", &self.spans),
@@ -496,6 +548,13 @@ impl DiffReport {
             escape_text(&self.new),
             escape_text(&self.headline())
         );
+        for line in self.incomplete_lines() {
+            let _ = writeln!(
+                h,
+                "<p class=\"headline\"><strong>{}</strong></p>",
+                escape_text(&line)
+            );
+        }
         for (title, rows) in [
             ("Operations", &self.operations),
             ("Spans", &self.spans),

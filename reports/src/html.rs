@@ -301,6 +301,7 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
         "generator": format!("perfkit {}", env!("CARGO_PKG_VERSION")),
         "created": options.created,
         "complete": analysis.complete,
+        "incomplete_reasons": analysis.incomplete_reasons(),
         "duration_ns": analysis.duration_ns,
         "processes": processes,
         "cards": cards,

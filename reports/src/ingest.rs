@@ -110,6 +110,8 @@ pub struct ProcessIngest {
     unclosed: HashMap<u64, u32>,
     steps: Vec<(u64, u64, u64)>,
     step_ordinal: u64,
+    /// Set while `finish` closes the spans still open at the end of the trace.
+    closing_at_end: bool,
     kernels_iv: Vec<(u64, u64)>,
     copies_iv: Vec<(u64, u64)>,
     syncs_iv: Vec<(u64, u64)>,
@@ -152,6 +154,7 @@ impl ProcessIngest {
             unclosed: HashMap::new(),
             steps: Vec::new(),
             step_ordinal: 0,
+            closing_at_end: false,
             kernels_iv: Vec::new(),
             copies_iv: Vec::new(),
             syncs_iv: Vec::new(),
@@ -327,7 +330,7 @@ impl ProcessIngest {
         if outermost {
             acc.total += dur;
         }
-        if self.names[frame.name as usize] == self.step_name {
+        if self.names[frame.name as usize] == self.step_name && !self.closing_at_end {
             let index = frame.step.unwrap_or(self.step_ordinal);
             self.step_ordinal += 1;
             self.steps.push((index, frame.start, ts.max(frame.start)));
@@ -544,6 +547,9 @@ impl ProcessIngest {
         } = outcome;
         let end = self.last_ts;
         let mut unclosed = 0u64;
+        // A step still open at the end was cut short: it is not a step (the one definition
+        // every output shares: completed steps only).
+        self.closing_at_end = true;
         let threads: Vec<u64> = self.stacks.keys().copied().collect();
         for thread in threads {
             while self.stacks.get(&thread).is_some_and(|s| !s.is_empty()) {
@@ -566,10 +572,12 @@ impl ProcessIngest {
             .filter(|(_, a)| a.exits > 0)
             .map(|(name, a)| SpanStats {
                 name: name.clone(),
-                calls: a.calls,
+                // Each busy interval (enter to exit) is a call, as the profiler's summary
+                // counts them: a span entered many times is not one call.
+                calls: a.exits,
                 total_ns: a.total,
                 self_ns: a.self_ns,
-                mean_ns: a.total / a.calls.max(1),
+                mean_ns: a.total / a.exits.max(1),
                 max_ns: a.max,
             })
             .collect();

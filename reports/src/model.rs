@@ -31,6 +31,56 @@ pub struct Analysis {
     /// The trace file or run directory analysed (empty when not read from files).
     #[serde(skip)]
     pub source_path: std::path::PathBuf,
+    /// Trace files that could not be read at all (left out of the analysis; the run is then
+    /// incomplete).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<UnreadableTrace>,
+}
+
+/// A trace file that could not be read at all (empty, not a trace, damaged header).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnreadableTrace {
+    /// The file, as found.
+    pub file: String,
+    /// Why it could not be read.
+    pub error: String,
+}
+
+impl UnreadableTrace {
+    /// `unreadable trace left out: <error>`, the error naming the file (added when it does
+    /// not).
+    pub fn describe(&self) -> String {
+        if self.error.contains(&self.file) {
+            format!("unreadable trace left out: {}", self.error)
+        } else {
+            format!("unreadable trace left out: {}: {}", self.file, self.error)
+        }
+    }
+}
+
+impl Analysis {
+    /// Why the run is incomplete, one sentence each; empty for a complete run. The one list
+    /// every output shows.
+    pub fn incomplete_reasons(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.processes {
+            if let Some(err) = &p.read_error {
+                out.push(format!(
+                    "{}: {err} (reporting what was read before it)",
+                    p.meta.file
+                ));
+            } else if !p.complete {
+                out.push(format!(
+                    "{}: the trace was cut short (the program was killed?); reporting what was recorded",
+                    p.meta.file
+                ));
+            }
+        }
+        for u in &self.unreadable {
+            out.push(u.describe());
+        }
+        out
+    }
 }
 
 /// Identity of a traced process, as its trace header records it.
@@ -126,7 +176,7 @@ pub struct ThreadInfo {
 pub struct SpanStats {
     /// Span name.
     pub name: String,
-    /// Completed calls.
+    /// Entries (busy intervals, enter to exit): a span entered many times counts each.
     pub calls: u64,
     /// Wall time inside the span (outermost occurrences only, so recursion is not counted twice).
     pub total_ns: u64,

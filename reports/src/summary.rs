@@ -54,6 +54,12 @@ pub struct AnalysisSection {
     /// Per-rank step comparison.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<RankComparison>,
+    /// Trace files that could not be read at all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<crate::model::UnreadableTrace>,
+    /// Why the run is incomplete, one sentence each (empty when complete).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incomplete_reasons: Vec<String>,
 }
 
 impl AnalysisSection {
@@ -67,6 +73,8 @@ impl AnalysisSection {
             complete: analysis.complete,
             processes: analysis.processes.clone(),
             ranks: analysis.ranks.clone(),
+            unreadable: analysis.unreadable.clone(),
+            incomplete_reasons: analysis.incomplete_reasons(),
         }
     }
 }
@@ -181,6 +189,27 @@ fn md_escape(s: &str) -> String {
     out
 }
 
+/// Why the run is incomplete: the launcher's reasons (how the program ended, every trace
+/// that was cut short, damaged or unreadable), then what the analysis found that they do not
+/// name already.
+pub fn incomplete_reasons(summary: &Summary) -> Vec<String> {
+    let mut out = summary.core.run.incomplete_reasons.clone();
+    if let Some(analysis) = &summary.analysis {
+        for u in &analysis.unreadable {
+            let name = std::path::Path::new(&u.file)
+                .file_name()
+                .map_or(u.file.clone(), |n| n.to_string_lossy().into_owned());
+            if !out.iter().any(|r| r.contains(&name)) {
+                out.push(u.describe());
+            }
+        }
+        if out.is_empty() {
+            out.extend(analysis.incomplete_reasons.iter().cloned());
+        }
+    }
+    out
+}
+
 /// `summary.md`: a compact Markdown report for pull requests and `$GITHUB_STEP_SUMMARY`.
 pub fn markdown(summary: &Summary, top: usize) -> String {
     let mut md = String::new();
@@ -198,12 +227,20 @@ pub fn markdown(summary: &Summary, top: usize) -> String {
         processes.len(),
         if processes.len() == 1 { "" } else { "es" },
         format::duration(run.wall_time_ns),
-        if run.incomplete {
-            " (incomplete run)"
-        } else {
+        if incomplete_reasons(summary).is_empty() && !run.incomplete {
             ""
+        } else {
+            " (incomplete run)"
         }
     );
+    let reasons = incomplete_reasons(summary);
+    if !reasons.is_empty() {
+        let _ = writeln!(md, "**Incomplete run:**\n");
+        for reason in &reasons {
+            let _ = writeln!(md, "- {}", md_escape(reason));
+        }
+        let _ = writeln!(md);
+    }
     for p in processes {
         process_markdown(&mut md, p, processes.len() > 1, top);
     }

@@ -59,6 +59,9 @@ fn writes_every_format() {
             "report.html"
         ]
     );
+    // `perfkit profile --force` replaces exactly these names, and no others.
+    #[cfg(unix)]
+    assert_eq!(names, perfkit_profiler::launch::REPORT_FILES);
     // The flamegraphs are inferno SVGs naming the spans.
     let svg = read(&out.join("flamegraph-gpu.svg"));
     assert!(

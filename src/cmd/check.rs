@@ -17,7 +17,9 @@
 //!   `max-regression` x the baseline median step time (copies may take at most 5% more of a
 //!   step), so a run that had no exposed copies can still be compared.
 //!
-//! Improvements and changes within noise pass. Exit codes: 0 pass, 1 fail, 2 error.
+//! Improvements and changes within noise pass. An incomplete run (a trace cut short or
+//! unreadable, the program ended by a signal) fails unless `--allow-incomplete`. Exit codes:
+//! 0 pass, 1 fail, 2 error.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -56,6 +58,10 @@ pub struct CheckArgs {
     /// The run to check against the baseline.
     #[arg(long, value_name = "NEW", requires = "baseline")]
     candidate: Option<PathBuf>,
+    /// Compare runs even when one is incomplete (a trace cut short or unreadable, the program
+    /// ended by a signal); without it an incomplete run fails the check.
+    #[arg(long, requires = "baseline")]
+    allow_incomplete: bool,
     /// Largest allowed regression, in percent (`5%` or `5`).
     #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
     max_regression: f64,
@@ -110,14 +116,30 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 /// Lints `paths` and puts its findings beside the `runtime` ones, a lint finding marked confirmed
-/// (with the measured cost) where the run saw the same rule at the same source line.
+/// (with the measured cost) where the run saw the same rule at the same source line. Also
+/// returns the files that could not be linted (missing, unreadable, unparsable), for the caller
+/// to report as `perfkit lint` does.
 pub fn with_lint_findings(
     paths: &[std::path::PathBuf],
     runtime: Vec<Finding>,
-) -> Result<Vec<Finding>, perfkit_lint::LintError> {
+) -> Result<(Vec<Finding>, Vec<perfkit_lint::FileError>), perfkit_lint::LintError> {
     let report = perfkit_lint::lint(&perfkit_lint::LintOptions::new(paths.to_vec()))?;
     let lint = lint_to_findings(&report.diagnostics);
-    Ok(perfkit_reports::rules::confirm(lint, runtime))
+    Ok((
+        perfkit_reports::rules::confirm(lint, runtime),
+        report.errors,
+    ))
+}
+
+/// The line `perfkit lint` prints for a file it could not lint, prefixed for `--lint`:
+/// `perfkit: error: --lint: src/a.rs:1: syntax error: ...`.
+pub fn lint_error_line(error: &perfkit_lint::FileError) -> String {
+    let line = error.line.map(|l| format!(":{l}")).unwrap_or_default();
+    format!(
+        "perfkit: error: --lint: {}{line}: {}",
+        error.path.display(),
+        error.message
+    )
 }
 
 /// The cargo workspace root of source files, cached per directory: the nearest directory above
@@ -456,6 +478,34 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let options = AnalyzeOptions::default();
         let base = load(base_path, &options)?;
         let new = load(new_path, &options)?;
+        for (which, run) in [("baseline", &base), ("candidate", &new)] {
+            if run.incomplete.is_empty() {
+                continue;
+            }
+            let verdict = if args.allow_incomplete {
+                "allowed by --allow-incomplete"
+            } else {
+                failed = true;
+                "FAIL (pass --allow-incomplete to compare it anyway)"
+            };
+            let line = format!(
+                "{which} run incomplete: {}: {verdict}",
+                run.incomplete.join("; ")
+            );
+            writeln!(out, "{line}")?;
+            if !args.allow_incomplete && args.format == CheckFormat::Github {
+                writeln!(
+                    out,
+                    "::error title=perfkit check::{}",
+                    output::github::escape_data(&line)
+                )?;
+            }
+            let _ = writeln!(
+                md,
+                "**{which} run incomplete**: {}\n",
+                run.incomplete.join("; ")
+            );
+        }
         let gates = compare(&base, &new, args.max_regression)?;
         md.push_str("| quantity | baseline | candidate | change | noise | allowed | verdict |\n|---|---|---|---|---|---|---|\n");
         for g in &gates {

@@ -42,7 +42,8 @@ pub struct ProfileArgs {
     #[arg(long, short = 'o', value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Replace the previous run's trace and summary in --out DIR
+    /// Replace the previous run's trace files and reports in --out DIR (only files perfkit
+    /// can prove it wrote; anything else stays and is named)
     #[arg(long, requires = "out")]
     force: bool,
 
@@ -320,7 +321,20 @@ fn write_reports(
         runtime
     } else {
         match super::check::with_lint_findings(lint_paths, runtime.clone()) {
-            Ok(findings) => findings,
+            Ok((findings, errors)) => {
+                // As `perfkit lint` does; the exit status stays the program's own.
+                for error in &errors {
+                    eprintln!("{}", super::check::lint_error_line(error));
+                }
+                if !errors.is_empty() {
+                    eprintln!(
+                        "perfkit: --lint: {} file{} could not be linted",
+                        errors.len(),
+                        if errors.len() == 1 { "" } else { "s" }
+                    );
+                }
+                findings
+            }
             Err(err) => {
                 eprintln!("perfkit: warning: --lint: {err}");
                 runtime

@@ -11,7 +11,9 @@ use perfkit_reports::{AnalyzeOptions, analyze_path, summary};
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Writes summary.json, summary.md, stacks-{host,gpu}.folded, \
-flamegraph-{host,gpu}.svg, trace.chrome.json (Perfetto, chrome://tracing) and report.html."
+flamegraph-{host,gpu}.svg, trace.chrome.json (Perfetto, chrome://tracing) and report.html. \
+Exit status: 0, or 2 on an error, including a --lint file that could not be linted (missing, \
+unreadable, unparsable: named on stderr; the reports are still written)."
 )]
 pub struct ReportArgs {
     /// A trace file (`*.pktrace`) or a directory of trace files (one per process) of one run.
@@ -50,18 +52,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let mut options = AnalyzeOptions::default();
     options.step_span = args.step_span.clone();
     let analysis = analyze_path(&args.input, &options)?;
-    for p in &analysis.processes {
-        if let Some(err) = &p.read_error {
-            eprintln!(
-                "perfkit: warning: {}: {err} (reporting what was read before it)",
-                p.meta.file
-            );
-        } else if !p.complete {
-            eprintln!(
-                "perfkit: warning: {}: the trace was cut short (the program was killed?); reporting what was recorded",
-                p.meta.file
-            );
-        }
+    for reason in analysis.incomplete_reasons() {
+        eprintln!("perfkit: warning: {reason}");
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
@@ -83,14 +75,28 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut findings = perfkit_reports::rules::evaluate(&analysis, &config)?;
+    let mut lint_errors = Vec::new();
     if !args.lint.is_empty() {
-        findings = super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
+        (findings, lint_errors) =
+            super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
     }
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
     print!("{}", summary::terminal_table(&analysis, 15));
     println!();
     print!("{}", perfkit_reports::rules::terminal_findings(&findings));
     println!();
+    // As `perfkit lint`: the files that could be linted are reported, the others named, and
+    // the exit status is 2.
+    for error in &lint_errors {
+        eprintln!("{}", super::check::lint_error_line(error));
+    }
+    if !lint_errors.is_empty() {
+        eprintln!(
+            "perfkit: --lint: {} file{} could not be linted",
+            lint_errors.len(),
+            if lint_errors.len() == 1 { "" } else { "s" }
+        );
+    }
     for p in &written {
         println!("wrote {}", p.display());
     }
@@ -102,7 +108,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             eprintln!("perfkit: warning: --open needs the html format");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if lint_errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 /// The run directory: the directory given, or the one holding the trace file; a `trace/`

@@ -2,30 +2,92 @@
 //!
 //! ```text
 //! perfkit-out/<program>-<YYYYMMDD>-<HHMMSS>/   (default; UTC; `-2`, `-3`, ... when taken)
+//! ├── .perfkit-run    marks the directory as perfkit's, holds the run's lock and pid
 //! ├── trace/          PERFKIT_TRACE: one trace file per traced process
-//! └── summary.json    the run's summary (see docs/summary-format.md)
+//! └── summary.json    the run's summary (see docs/summary-format.md), and the reports
 //! ```
+//!
+//! perfkit removes only what it can prove it wrote: with `--force`, trace files recognised by
+//! their magic bytes, and the report files by their known names ([`REPORT_FILES`]) in a
+//! directory that carries its marker. Anything else stays.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::format::{MAGIC, TRACE_EXTENSION};
 use crate::summary::{SUMMARY_FILE, TRACE_DIR, UtcTime};
 
 /// The default parent directory of runs.
 pub const DEFAULT_PARENT: &str = "perfkit-out";
 
+/// The file that marks a directory as a perfkit run directory and holds the run's lock.
+///
+/// perfkit writes it when it takes a directory for a run; while the run lasts it holds an
+/// exclusive lock on it and its text names the run's process id. Report files are replaced by
+/// `--force` only in a directory that carries this marker.
+pub const RUN_MARKER: &str = ".perfkit-run";
+
+/// The report files perfkit writes into a run directory; the only names, with
+/// [`SUMMARY_FILE`], that `--force` may remove (and only in a directory that carries
+/// [`RUN_MARKER`]).
+pub const REPORT_FILES: [&str; 8] = [
+    SUMMARY_FILE,
+    "summary.md",
+    "stacks-host.folded",
+    "stacks-gpu.folded",
+    "flamegraph-host.svg",
+    "flamegraph-gpu.svg",
+    "trace.chrome.json",
+    "report.html",
+];
+
+/// The first line of [`RUN_MARKER`].
+const MARKER_HEADER: &str = "perfkit run directory";
+
 /// Why the output directory could not be prepared.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutputDirError {
-    /// The directory already holds a run.
+    /// The directory already holds a run, or files with the names of perfkit's reports.
     #[error(
-        "`{}` already holds a profiled run; pass --force to replace it or choose another --out",
-        .0.display()
+        "`{}` already holds {}; pass --force to replace it or choose another --out",
+        .dir.display(), list_files(.files)
     )]
-    AlreadyUsed(PathBuf),
+    AlreadyUsed {
+        /// The run directory.
+        dir: PathBuf,
+        /// The files that would be replaced.
+        files: Vec<PathBuf>,
+    },
+    /// `--force` was given, but the directory holds files perfkit cannot prove it wrote.
+    #[error(
+        "`{}` holds files that perfkit did not write, or cannot prove it wrote: {}; \
+         --force replaces only perfkit's own trace and report files; move or remove these \
+         yourself, or choose another --out",
+        .dir.display(), list_files(.files)
+    )]
+    NotOurs {
+        /// The run directory.
+        dir: PathBuf,
+        /// The files left alone.
+        files: Vec<PathBuf>,
+    },
+    /// Another perfkit run holds the directory's lock.
+    #[error(
+        "`{}` is in use by another perfkit run{}; wait for it to finish or choose another --out",
+        .dir.display(),
+        .pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    Locked {
+        /// The run directory.
+        dir: PathBuf,
+        /// The other run's process id, when its marker names it.
+        pid: Option<u32>,
+    },
     /// A file system operation failed.
     #[error("cannot prepare output directory `{}`: {source}", path.display())]
     Io {
@@ -36,6 +98,23 @@ pub enum OutputDirError {
     },
 }
 
+fn list_files(files: &[PathBuf]) -> String {
+    const SHOWN: usize = 8;
+    let mut names: Vec<String> = files
+        .iter()
+        .take(SHOWN)
+        .map(|f| format!("`{}`", f.display()))
+        .collect();
+    if files.len() > SHOWN {
+        names.push(format!("and {} more", files.len() - SHOWN));
+    }
+    if names.is_empty() {
+        "a profiled run".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OutputDirError + '_ {
     move |source| OutputDirError::Io {
         path: path.to_path_buf(),
@@ -43,25 +122,32 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OutputDirError + '_ {
     }
 }
 
-/// A run's output directory, created and ready for the program to write its trace into.
+/// A run's output directory, created and ready for the program to write its trace into. It
+/// holds the directory's lock until dropped: a second run into the same directory is refused.
 #[derive(Debug, Clone)]
 pub struct OutputDir {
     root: PathBuf,
     trace: PathBuf,
+    _lock: Arc<File>,
 }
 
 impl OutputDir {
-    /// Creates the run directory and its `trace/` directory.
+    /// Takes the run directory: locks it, checks what it holds, and creates its `trace/`.
     ///
-    /// With `out`, that directory is used (created if missing); if it already holds a run
-    /// (`summary.json` or a non-empty `trace/`), this fails unless `force`, which removes the
-    /// previous run's summary, its trace files and the report files its summary lists (nothing
-    /// else). Without `out`, a new directory
-    /// `perfkit-out/<program>-<UTC timestamp>` is created under the current directory.
+    /// With `out`, that directory is used (created if missing). If another perfkit run holds
+    /// it, this fails with [`OutputDirError::Locked`]. If it already holds a run (trace files
+    /// in `trace/`) or files named like perfkit's reports ([`REPORT_FILES`]), this fails
+    /// unless `force`. With `force`, only what perfkit can prove it wrote is removed: the
+    /// trace files in `trace/` (recognised by their magic bytes) and, in a directory that
+    /// carries perfkit's [`RUN_MARKER`], the report files by their known names. Anything else
+    /// in the way makes it fail with [`OutputDirError::NotOurs`], which names those files,
+    /// and nothing is removed. Files with other names are never touched.
+    ///
+    /// Without `out`, a new directory `perfkit-out/<program>-<UTC timestamp>` is created under
+    /// the current directory.
     ///
     /// # Errors
-    /// [`OutputDirError::AlreadyUsed`] as above, [`OutputDirError::Io`] when a directory cannot
-    /// be created or cleared.
+    /// As above, and [`OutputDirError::Io`] when a directory cannot be created or cleared.
     pub fn prepare(
         out: Option<&Path>,
         program: &OsStr,
@@ -70,7 +156,6 @@ impl OutputDir {
         let root = match out {
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-                clear_previous_run(dir, force)?;
                 dir.to_path_buf()
             }
             None => create_fresh(
@@ -80,9 +165,30 @@ impl OutputDir {
         };
         // The program may change its working directory: hand it an absolute path.
         let root = std::path::absolute(&root).map_err(io_err(&root))?;
+        let lock = take_lock(&root)?;
+        if let Err(err) = clear_previous_run(&root, force, lock.had_marker) {
+            if !lock.had_marker {
+                // The marker was created only to hold the lock: a refused directory keeps
+                // no trace of perfkit.
+                let _ = std::fs::remove_file(root.join(RUN_MARKER));
+            }
+            return Err(err);
+        }
+        let marker = root.join(RUN_MARKER);
+        let mut file = lock.file;
+        file.set_len(0)
+            .and_then(|()| {
+                use std::io::Write as _;
+                write!(file, "{MARKER_HEADER}\npid {}\n", std::process::id())
+            })
+            .map_err(io_err(&marker))?;
         let trace = root.join(TRACE_DIR);
         std::fs::create_dir_all(&trace).map_err(io_err(&trace))?;
-        Ok(Self { root, trace })
+        Ok(Self {
+            root,
+            trace,
+            _lock: Arc::new(file),
+        })
     }
 
     /// The run directory (absolute).
@@ -95,11 +201,20 @@ impl OutputDir {
         &self.trace
     }
 
-    /// Removes the trace directory and the run directory if nothing was written into them
-    /// (used when the program could not be started). Never removes anything that holds files.
+    /// Removes the trace directory, the run marker and the run directory if nothing else was
+    /// written into them (used when the program could not be started). Never removes
+    /// anything that holds files.
     pub fn remove_if_empty(&self) {
         // `remove_dir` fails on a non-empty directory, which is what keeps this safe.
         let _ = std::fs::remove_dir(&self.trace);
+        let only_marker = std::fs::read_dir(&self.root).is_ok_and(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .all(|e| e.file_name() == RUN_MARKER)
+        });
+        if only_marker {
+            let _ = std::fs::remove_file(self.root.join(RUN_MARKER));
+        }
         let _ = std::fs::remove_dir(&self.root);
     }
 
@@ -107,6 +222,67 @@ impl OutputDir {
     pub fn summary_path(&self) -> PathBuf {
         self.root.join(SUMMARY_FILE)
     }
+}
+
+/// The locked marker file, and whether perfkit had marked the directory before.
+struct Lock {
+    file: File,
+    had_marker: bool,
+}
+
+/// Opens (or creates) the run marker and takes an exclusive lock on it, without waiting.
+fn take_lock(root: &Path) -> Result<Lock, OutputDirError> {
+    use std::io::Read as _;
+    let marker = root.join(RUN_MARKER);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&marker)
+        .map_err(io_err(&marker))?;
+    if !try_lock_exclusive(&file).map_err(io_err(&marker))? {
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        return Err(OutputDirError::Locked {
+            dir: root.to_path_buf(),
+            pid: marker_pid(&text),
+        });
+    }
+    let mut text = String::new();
+    // An unreadable marker is no proof: treated as absent.
+    let _ = file.read_to_string(&mut text);
+    Ok(Lock {
+        file,
+        had_marker: text.lines().next() == Some(MARKER_HEADER),
+    })
+}
+
+fn marker_pid(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+#[cfg(unix)]
+fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a file descriptor this `File` owns; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+#[cfg(not(unix))]
+fn try_lock_exclusive(_file: &File) -> io::Result<bool> {
+    Ok(true)
 }
 
 /// The default run directory name: the program's file name (unsafe characters replaced by `_`)
@@ -154,31 +330,57 @@ fn create_fresh(parent: &Path, name: &str) -> Result<PathBuf, OutputDirError> {
     unreachable!("the loop returns within 1000 iterations")
 }
 
-fn clear_previous_run(dir: &Path, force: bool) -> Result<(), OutputDirError> {
-    let summary = dir.join(SUMMARY_FILE);
+/// What stands in `dir` from a previous run, and what `force` may remove of it.
+fn clear_previous_run(dir: &Path, force: bool, marked: bool) -> Result<(), OutputDirError> {
     let trace = dir.join(TRACE_DIR);
-    let trace_files: Vec<PathBuf> = match std::fs::read_dir(&trace) {
-        Ok(entries) => entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.is_file())
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+    let mut ours = Vec::new();
+    let mut not_ours = Vec::new();
+    match std::fs::read_dir(&trace) {
+        Ok(entries) => {
+            let mut paths: Vec<PathBuf> =
+                entries.filter_map(Result::ok).map(|e| e.path()).collect();
+            paths.sort();
+            for path in paths {
+                if is_trace_file(&path, marked) {
+                    ours.push(path);
+                } else {
+                    not_ours.push(path);
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(&trace)(e)),
-    };
-    let used = summary.exists() || !trace_files.is_empty();
-    if !used {
+    }
+    for name in REPORT_FILES {
+        let path = dir.join(name);
+        // `symlink_metadata`: a link is not followed, and is not ours to remove.
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if marked && meta.is_file() {
+            ours.push(path);
+        } else {
+            not_ours.push(path);
+        }
+    }
+    if ours.is_empty() && not_ours.is_empty() {
         return Ok(());
     }
     if !force {
-        return Err(OutputDirError::AlreadyUsed(dir.to_path_buf()));
+        let mut files = ours;
+        files.extend(not_ours);
+        return Err(OutputDirError::AlreadyUsed {
+            dir: dir.to_path_buf(),
+            files,
+        });
     }
-    let reports = previous_reports(&summary, dir);
-    for file in trace_files
-        .iter()
-        .chain(&reports)
-        .chain(std::iter::once(&summary))
-    {
+    if !not_ours.is_empty() {
+        return Err(OutputDirError::NotOurs {
+            dir: dir.to_path_buf(),
+            files: not_ours,
+        });
+    }
+    for file in &ours {
         match std::fs::remove_file(file) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -188,27 +390,33 @@ fn clear_previous_run(dir: &Path, force: bool) -> Result<(), OutputDirError> {
     Ok(())
 }
 
-/// The report files a previous run's summary lists, when they lie directly in `dir` (a name
-/// with a directory part is not trusted).
-fn previous_reports(summary: &Path, dir: &Path) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(summary) else {
-        return Vec::new();
+/// Whether `path` is a trace file perfkit wrote: a regular file (not a link) that starts
+/// with the trace magic bytes. In a directory perfkit marked, a `.pktrace` file shorter than
+/// the magic bytes whose bytes begin them (an empty file, from a process killed before its
+/// first write) counts too.
+fn is_trace_file(path: &Path, marked: bool) -> bool {
+    use std::io::Read as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
     };
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return Vec::new();
+    if !meta.is_file() {
+        return false;
+    }
+    let Ok(file) = File::open(path) else {
+        return false;
     };
-    let Some(list) = value["files"]["reports"].as_array() else {
-        return Vec::new();
-    };
-    list.iter()
-        .filter_map(serde_json::Value::as_str)
-        .filter(|name| {
-            let p = Path::new(name);
-            p.components().count() == 1
-                && matches!(p.components().next(), Some(std::path::Component::Normal(_)))
-        })
-        .map(|name| dir.join(name))
-        .collect()
+    let mut head = Vec::with_capacity(MAGIC.len());
+    if file
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .is_err()
+    {
+        return false;
+    }
+    if head.len() == MAGIC.len() {
+        return head == MAGIC;
+    }
+    marked && path.extension().is_some_and(|e| e == TRACE_EXTENSION) && MAGIC.starts_with(&head)
 }
 
 #[cfg(test)]
@@ -234,29 +442,93 @@ mod tests {
         );
     }
 
+    fn trace_bytes() -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&[1, 0, 0, 0]);
+        b
+    }
+
     #[test]
-    fn explicit_dir_refuses_a_previous_run_unless_forced() {
-        let tmp = std::env::temp_dir().join(format!("perfkit-outdir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        let out = OutputDir::prepare(Some(&tmp), OsStr::new("x"), false).unwrap();
+    fn force_replaces_only_what_perfkit_wrote() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let out = OutputDir::prepare(Some(&dir), OsStr::new("x"), false).unwrap();
         assert!(out.trace_dir().is_dir());
         assert!(out.root().is_absolute());
-        std::fs::write(out.trace_dir().join("old.trace"), b"x").unwrap();
-        std::fs::write(tmp.join("keep.txt"), b"x").unwrap();
-        std::fs::write(tmp.join("report.html"), b"x").unwrap();
+        assert!(dir.join(RUN_MARKER).is_file());
+        std::fs::write(out.trace_dir().join("old.pktrace"), trace_bytes()).unwrap();
+        std::fs::write(out.trace_dir().join("empty.pktrace"), b"").unwrap();
+        std::fs::write(dir.join("keep.txt"), b"x").unwrap();
+        std::fs::write(dir.join("report.html"), b"x").unwrap();
         std::fs::write(
-            tmp.join(SUMMARY_FILE),
-            br#"{"files": {"reports": ["report.html", "../keep.txt", "/etc/passwd"]}}"#,
+            dir.join(SUMMARY_FILE),
+            br#"{"files": {"reports": ["keep.txt"]}}"#,
         )
         .unwrap();
-        let err = OutputDir::prepare(Some(&tmp), OsStr::new("x"), false).unwrap_err();
-        assert!(matches!(err, OutputDirError::AlreadyUsed(_)), "{err}");
+        drop(out);
+        let err = OutputDir::prepare(Some(&dir), OsStr::new("x"), false).unwrap_err();
+        assert!(matches!(err, OutputDirError::AlreadyUsed { .. }), "{err}");
         assert!(err.to_string().contains("--force"));
-        let out = OutputDir::prepare(Some(&tmp), OsStr::new("x"), true).unwrap();
+        let out = OutputDir::prepare(Some(&dir), OsStr::new("x"), true).unwrap();
         assert_eq!(std::fs::read_dir(out.trace_dir()).unwrap().count(), 0);
-        assert!(tmp.join("keep.txt").exists());
-        assert!(!tmp.join("report.html").exists());
-        assert!(!tmp.join(SUMMARY_FILE).exists());
-        std::fs::remove_dir_all(&tmp).unwrap();
+        assert!(
+            dir.join("keep.txt").exists(),
+            "a file the summary lists is not removed"
+        );
+        assert!(!dir.join("report.html").exists());
+        assert!(!dir.join(SUMMARY_FILE).exists());
+    }
+
+    #[test]
+    fn force_never_removes_a_file_that_is_not_a_trace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::create_dir(dir.join(TRACE_DIR)).unwrap();
+        std::fs::write(dir.join(TRACE_DIR).join("main.rs"), b"fn main() {}").unwrap();
+        std::fs::write(dir.join(TRACE_DIR).join("good.pktrace"), trace_bytes()).unwrap();
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), true).unwrap_err();
+        assert!(matches!(err, OutputDirError::NotOurs { .. }), "{err}");
+        assert!(err.to_string().contains("main.rs"), "{err}");
+        assert!(dir.join(TRACE_DIR).join("main.rs").exists());
+        assert!(
+            dir.join(TRACE_DIR).join("good.pktrace").exists(),
+            "nothing removed"
+        );
+        assert!(
+            !dir.join(RUN_MARKER).exists(),
+            "a refused directory is left unmarked"
+        );
+    }
+
+    #[test]
+    fn report_names_are_replaced_only_in_a_marked_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join("report.html"), b"my own report").unwrap();
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), false).unwrap_err();
+        assert!(matches!(err, OutputDirError::AlreadyUsed { .. }), "{err}");
+        assert!(err.to_string().contains("report.html"), "{err}");
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), true).unwrap_err();
+        assert!(matches!(err, OutputDirError::NotOurs { .. }), "{err}");
+        assert_eq!(
+            std::fs::read(dir.join("report.html")).unwrap(),
+            b"my own report"
+        );
+        assert!(!dir.join(RUN_MARKER).exists());
+    }
+
+    #[test]
+    fn a_locked_directory_is_refused_with_the_holders_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = OutputDir::prepare(Some(tmp.path()), OsStr::new("x"), false).unwrap();
+        let err = OutputDir::prepare(Some(tmp.path()), OsStr::new("x"), true).unwrap_err();
+        assert!(matches!(err, OutputDirError::Locked { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(first);
+        OutputDir::prepare(Some(tmp.path()), OsStr::new("x"), false).unwrap();
     }
 }

@@ -255,8 +255,11 @@ impl Summary {
         }
         for (file, err) in &unreadable {
             run.incomplete = true;
-            run.incomplete_reasons
-                .push(format!("trace file {file} is unreadable: {err}"));
+            run.incomplete_reasons.push(if err.contains(file.as_str()) {
+                format!("unreadable trace left out: {err}")
+            } else {
+                format!("unreadable trace left out: {file}: {err}")
+            });
         }
         let (steps, spans, primary_pid) = match primary.and_then(|i| processes.get(i)) {
             Some(p) => (p.steps.clone(), p.spans.clone(), Some(p.pid)),

@@ -168,6 +168,40 @@ impl<W: Write> Synth<W> {
         }));
     }
 
+    /// Exits the innermost span of `thread` now without closing it (it may be entered again,
+    /// as candle's traced `Linear` does with its one span).
+    pub fn exit_only(&mut self, thread: u32) -> Option<SpanId> {
+        let id = self.stacks.get_mut(&thread).and_then(Vec::pop)?;
+        let ts = self.t;
+        self.rec(Record::SpanExit(SpanEdge {
+            thread,
+            ts,
+            span: id,
+        }));
+        Some(id)
+    }
+
+    /// Enters an existing span `id` again on `thread` now.
+    pub fn reenter(&mut self, thread: u32, id: SpanId) {
+        let ts = self.t;
+        self.rec(Record::SpanEnter(SpanEdge {
+            thread,
+            ts,
+            span: id,
+        }));
+        self.stacks.entry(thread).or_default().push(id);
+    }
+
+    /// Closes span `id` (its last handle dropped) now.
+    pub fn close(&mut self, thread: u32, id: SpanId) {
+        let ts = self.t;
+        self.rec(Record::SpanClose(SpanEdge {
+            thread,
+            ts,
+            span: id,
+        }));
+    }
+
     /// Host work of `ns` nanoseconds.
     pub fn work(&mut self, ns: u64) {
         self.t += ns;

@@ -1,0 +1,450 @@
+//! Regression tests for what perfkit promises when the world is not kind: nothing it did not
+//! write is lost, and nothing goes wrong without saying so (`--force`, shared output
+//! directories, concurrent runs, incomplete runs, suppressions inside strings, ...).
+#![cfg(unix)]
+
+#[path = "../reports/tests/synth/mod.rs"]
+mod synth;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PERFKIT: &str = env!("CARGO_BIN_EXE_perfkit");
+
+fn perfkit() -> Command {
+    let mut cmd = Command::new(PERFKIT);
+    cmd.env("NO_COLOR", "1").env_remove("PERFKIT_TRACE");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run perfkit");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, text: impl AsRef<[u8]>) -> PathBuf {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}
+
+/// The first bytes of a perfkit trace file (magic and version).
+fn trace_magic() -> Vec<u8> {
+    let mut bytes = perfkit_profiler::format::MAGIC.to_vec();
+    bytes.extend_from_slice(&[1, 0, 0, 0]);
+    bytes
+}
+
+// 1. `--force` deletes only what perfkit can prove it wrote.
+
+#[test]
+fn force_keeps_a_source_file_in_trace_and_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let source = write(&dir.join("trace/main.rs"), "fn main() {}\n");
+    let trace = write(&dir.join("trace/old.pktrace"), trace_magic());
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("main.rs"),
+        "the refusal names the file: {stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), "fn main() {}\n");
+    assert!(trace.exists(), "a refused run removes nothing");
+}
+
+#[test]
+fn force_never_follows_the_list_of_reports_in_a_previous_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(&dir.join("Cargo.toml"), "[package]\nname = \"mine\"\n");
+    write(&dir.join("README.md"), "# mine\n");
+    // A first run makes the directory perfkit's own.
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    // A summary that lists the user's files as reports.
+    write(
+        &dir.join("summary.json"),
+        r#"{"files": {"summary": "summary.json", "reports": ["Cargo.toml", "README.md"]}}"#,
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(dir)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(dir.join("Cargo.toml").is_file());
+    assert!(dir.join("README.md").is_file());
+}
+
+// 2. One run per directory; a user's own files named like reports are not overwritten.
+
+#[test]
+fn a_second_run_into_the_same_directory_is_refused_with_the_first_ones_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let mut first = perfkit()
+        .args(["profile", "--quiet", "--out"])
+        .arg(&dir)
+        .args(["--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = dir.join(".perfkit-run");
+    let wanted = format!("pid {}", first.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&marker).is_ok_and(|t| t.contains(&wanted)) {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never took the directory"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = run(perfkit()
+        .args(["profile", "--quiet", "--force", "--out"])
+        .arg(&dir)
+        .args(["--", "true"]));
+    let _ = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let _ = first.wait();
+    let (code, _, stderr) = second;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&wanted),
+        "names the other run's pid: {stderr}"
+    );
+}
+
+#[test]
+fn a_users_own_report_html_is_not_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mine = write(&dir.join("report.html"), "<p>my report</p>");
+    for force in [false, true] {
+        let mut cmd = perfkit();
+        cmd.args(["profile", "--quiet", "--out"]).arg(dir);
+        if force {
+            cmd.arg("--force");
+        }
+        let (code, _, stderr) = run(cmd.args(["--", "true"]));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("report.html"), "{stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "<p>my report</p>");
+}
+
+// 9. Suppressions count only in comments.
+
+const READBACK_IN_LOOP: &str = r#"use candle_core::{DType, Device, Tensor};
+use candle_nn::{AdamW, Optimizer, VarBuilder, VarMap};
+
+pub const NOTE: &str = "see: // perfkit: allow-file(PK101) in the docs";
+
+pub fn train(batches: &[(Tensor, Tensor)], device: &Device) -> candle_core::Result<f32> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::BF16, device);
+    let model = candle_nn::linear(784, 10, vb)?;
+    let mut opt = AdamW::new_lr(varmap.all_vars(), 1e-3)?;
+    let mut last = 0.0;
+    for (images, labels) in batches {
+        let logits = images.apply(&model)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
+        opt.backward_step(&loss)?;
+        last = loss.to_scalar::<f32>()?;
+    }
+    Ok(last)
+}
+"#;
+
+#[test]
+fn a_suppression_inside_a_string_literal_suppresses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--format", "json"]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let codes: Vec<&str> = value["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["PK101"], "{stdout}");
+}
+
+// 3. One unreadable trace does not block the run.
+
+const START: u64 = 1_700_000_000_000_000_000;
+
+fn good_trace() -> Vec<u8> {
+    synth::trace_bytes("train", 7, None, START, &synth::Workload::tuned())
+}
+
+/// A run directory with one good trace, an empty one and a garbage one.
+fn run_with_unreadable_traces(root: &Path) -> PathBuf {
+    let dir = root.join("run");
+    write(&dir.join("trace/train-7.pktrace"), good_trace());
+    write(&dir.join("trace/worker-9.pktrace"), b"");
+    write(
+        &dir.join("trace/garbage-3.pktrace"),
+        b"this is not a trace at all",
+    );
+    dir
+}
+
+#[test]
+fn report_reports_what_is_readable_and_names_what_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_with_unreadable_traces(tmp.path());
+    let (code, _, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    for name in ["worker-9.pktrace", "garbage-3.pktrace"] {
+        assert!(stderr.contains(name), "terminal names {name}: {stderr}");
+        let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+        assert!(md.contains(name), "summary.md names {name}:\n{md}");
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(html.contains(name), "report.html names {name}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["run"]["incomplete"], true, "{summary:#}");
+    assert_eq!(summary["analysis"]["complete"], false);
+    assert_eq!(
+        summary["analysis"]["unreadable"].as_array().unwrap().len(),
+        2
+    );
+}
+
+#[test]
+fn profile_writes_the_reports_beside_an_empty_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && : > \"$PERFKIT_TRACE/worker-9.pktrace\"",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(out.join("report.html").is_file(), "{stderr}");
+    assert!(stderr.contains("worker-9.pktrace"), "{stderr}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("worker-9.pktrace"));
+}
+
+// 6. An incomplete run is named by diff and fails check unless allowed.
+
+fn cut_run(root: &Path) -> PathBuf {
+    let mut s = synth::Synth::new(Vec::new(), "train", 8, None, START);
+    synth::write_run(&mut s, &synth::Workload::tuned());
+    let bytes = s.finish(true);
+    write(&root.join("cut/trace/train-8.pktrace"), bytes);
+    root.join("cut")
+}
+
+fn good_run(root: &Path) -> PathBuf {
+    write(&root.join("good/trace/train-7.pktrace"), good_trace());
+    root.join("good")
+}
+
+#[test]
+fn check_fails_on_an_incomplete_candidate_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, cut) = (good_run(tmp.path()), cut_run(tmp.path()));
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--max-regression", "1000%", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args([
+            "check",
+            "--allow-incomplete",
+            "--max-regression",
+            "1000%",
+            "--baseline",
+        ])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+}
+
+#[test]
+fn check_fails_on_a_candidate_ended_by_sigint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = good_run(tmp.path());
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("stopped");
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && kill -INT $$",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 130, "{stderr}");
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--max-regression", "1000%", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&out));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("SIGINT"), "{stdout}");
+}
+
+#[test]
+fn diff_names_an_incomplete_run_in_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, cut) = (good_run(tmp.path()), cut_run(tmp.path()));
+    for format in ["text", "json", "html"] {
+        let (code, stdout, stderr) = run(perfkit()
+            .args(["diff", "--format", format])
+            .arg(&base)
+            .arg(&cut));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains("cut short"), "{format}: {stdout}");
+    }
+}
+
+// 4. `--lint PATH` problems are reported as `perfkit lint` reports them.
+
+#[test]
+fn report_lint_names_a_missing_path_and_an_unparsable_file_and_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_run(tmp.path());
+    let broken = write(&tmp.path().join("src/broken.rs"), "fn x( {\n");
+    let missing = tmp.path().join("no/such/path");
+    let (code, stdout, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .arg("--lint")
+        .arg(&missing)
+        .arg("--lint")
+        .arg(&broken));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("no/such/path"), "{stderr}");
+    assert!(stderr.contains("broken.rs"), "{stderr}");
+    assert!(
+        dir.join("report.html").is_file(),
+        "the reports are still written"
+    );
+}
+
+#[test]
+fn profile_lint_names_a_missing_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    let missing = tmp.path().join("no/such/path");
+    let script = format!("cp '{}' \"$PERFKIT_TRACE/\"", good.display());
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-inject", "--out"])
+        .arg(&out)
+        .arg("--lint")
+        .arg(&missing)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "the program's own exit status: {stderr}");
+    assert!(stderr.contains("no/such/path"), "{stderr}");
+    assert!(stderr.contains("could not be linted"), "{stderr}");
+}
+
+// 7. A step cut short is not a step, in every output.
+
+#[test]
+fn a_step_cut_short_is_counted_nowhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = synth::Synth::new(Vec::new(), "train", 5, None, START);
+    s.thread(0, "main");
+    for i in 0..5 {
+        s.enter(0, "step", Some(i));
+        s.work(1_000_000);
+        s.exit(0);
+    }
+    s.enter(0, "step", Some(5));
+    s.work(3_000_000);
+    let dir = tmp.path().join("run");
+    write(&dir.join("trace/train-5.pktrace"), s.finish(true));
+    let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("steps: 5 "), "terminal: {stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"]["count"], 5, "top level");
+    assert_eq!(
+        summary["analysis"]["processes"][0]["steps"]["duration"]["count"], 5,
+        "analysis section"
+    );
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(md.contains("\n| 5 |"), "summary.md: {md}");
+}
+
+// 8. A span entered many times counts each entry.
+
+#[test]
+fn a_span_entered_three_times_is_three_calls_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = synth::Synth::new(Vec::new(), "train", 6, None, START);
+    s.enter(0, "step", Some(0));
+    let linear = s.enter(0, "linear", None);
+    s.work(1_000_000);
+    s.exit_only(0);
+    for ns in [2_000_000, 3_000_000] {
+        s.reenter(0, linear);
+        s.work(ns);
+        s.exit_only(0);
+    }
+    s.close(0, linear);
+    s.exit(0);
+    let dir = tmp.path().join("run");
+    write(&dir.join("trace/train-6.pktrace"), s.finish(false));
+    let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let find = |spans: &serde_json::Value| {
+        spans
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "linear")
+            .cloned()
+            .unwrap()
+    };
+    let top = find(&summary["spans"]);
+    assert_eq!(top["calls"], 3, "top level: {top}");
+    assert_eq!(top["mean_ns"], 2_000_000);
+    let analysed = find(&summary["analysis"]["processes"][0]["spans"]);
+    assert_eq!(analysed["calls"], 3, "analysis: {analysed}");
+    assert!(analysed["mean_ns"].as_u64() <= analysed["max_ns"].as_u64());
+    assert!(stdout.contains("linear"), "{stdout}");
+}
