@@ -574,17 +574,18 @@ impl CrateAnalysis {
         };
         // Which functions a call's value can come from: its resolved targets, else (a method the
         // crate defines on several types) every method of that name.
-        let value_targets = |fi: usize, ci: usize| -> (Vec<GlobalFn>, Vec<GlobalFn>) {
-            let mut found: Vec<GlobalFn> = targets[fi][ci].to_vec();
-            if let Some(h) = helper_calls.get(&(fi, ci)) {
-                found.extend(h.iter().copied());
-            }
+        let value_targets = |fi: usize, ci: usize| -> (Cow<'_, [GlobalFn]>, &[GlobalFn]) {
+            let resolved = &targets[fi][ci];
+            let found: Cow<'_, [GlobalFn]> = match helper_calls.get(&(fi, ci)) {
+                Some(h) => Cow::Owned(resolved.iter().chain(h.iter()).copied().collect()),
+                None => Cow::Borrowed(&resolved[..]),
+            };
             let call = &files[fi].facts.calls[ci];
-            let mut by_name = Vec::new();
+            let mut by_name: &[GlobalFn] = &[];
             if found.is_empty() && call.call.is_method() {
                 let all = methods.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
                 if all.len() <= 8 {
-                    by_name.extend(all.iter().copied());
+                    by_name = all;
                 }
             }
             (found, by_name)
@@ -595,7 +596,12 @@ impl CrateAnalysis {
             offsets: &offsets,
             tables: tables.clone(),
             value_targets: &value_targets,
-            calls: Default::default(),
+            calls: std::cell::RefCell::new(
+                files
+                    .iter()
+                    .map(|f| vec![Memo::Unvisited; f.facts.calls.len()])
+                    .collect(),
+            ),
         };
         for _round in 0..8 {
             let mut changed = false;
@@ -642,11 +648,15 @@ impl CrateAnalysis {
                     let Some(kind) = resolver(snapshot, fi, init.fn_idx, init.dev) else {
                         continue;
                     };
-                    changed |= tables
-                        .fields
-                        .entry((init.owner.to_string(), init.field.to_string()))
-                        .or_insert(Seen::None)
-                        .join(kind);
+                    let owner = match tables.fields.get_mut(init.owner) {
+                        Some(owner) => owner,
+                        None => tables.fields.entry(init.owner.to_string()).or_default(),
+                    };
+                    let slot = match owner.get_mut(init.field) {
+                        Some(slot) => slot,
+                        None => owner.entry(init.field.to_string()).or_insert(Seen::None),
+                    };
+                    changed |= slot.join(kind);
                 }
                 for &(f, dev) in &file.facts.returns {
                     let Some(kind) = resolver(snapshot, fi, Some(f), dev) else {
@@ -1068,13 +1078,23 @@ impl Seen {
     }
 }
 
+/// What is known of a call's return value during one round of the fixed point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Memo {
+    Unvisited,
+    Working,
+    /// Depends on something not settled yet.
+    Pending,
+    Settled(DeviceKind),
+}
+
 /// The crate-wide device tables the fixed point fills.
 #[derive(Debug, Clone)]
 struct DeviceTables {
     /// Per function (global index), per typed parameter.
     params: Vec<Vec<Seen>>,
-    /// Per (struct, field).
-    fields: HashMap<(String, String), Seen>,
+    /// Per struct, per field.
+    fields: HashMap<String, HashMap<String, Seen>>,
     /// Per function (global index): its return value.
     rets: Vec<Seen>,
 }
@@ -1084,10 +1104,10 @@ struct Resolver<'r, 'f> {
     files: &'r [CrateFile<'f>],
     offsets: &'r [usize],
     tables: DeviceTables,
-    /// What each call returns, once worked out in this round: (file, call) -> device.
-    calls: std::cell::RefCell<HashMap<(usize, usize), Option<DeviceKind>>>,
+    /// What each call returns, once worked out in this round: per file, per call.
+    calls: std::cell::RefCell<Vec<Vec<Memo>>>,
     /// A call's resolved targets, and (when there are none) the crate's methods of its name.
-    value_targets: &'r dyn Fn(usize, usize) -> (Vec<GlobalFn>, Vec<GlobalFn>),
+    value_targets: &'r dyn Fn(usize, usize) -> (Cow<'r, [GlobalFn]>, &'r [GlobalFn]),
 }
 
 impl Resolver<'_, '_> {
@@ -1142,20 +1162,30 @@ impl Resolver<'_, '_> {
             DevSym::Field(owner, field) => self
                 .tables
                 .fields
-                .get(&(owner.to_string(), field.to_string()))
+                .get(owner)
+                .and_then(|f| f.get(field))
                 .copied()
                 .unwrap_or(Seen::Mixed)
                 .settled(),
             DevSym::Ret(ci) => {
-                if let Some(&known) = self.calls.borrow().get(&(fi, ci)) {
-                    return known;
+                let known = self.calls.borrow()[fi]
+                    .get(ci)
+                    .copied()
+                    .unwrap_or(Memo::Unvisited);
+                match known {
+                    Memo::Unvisited => {}
+                    // A cycle through this call while it is being worked out: unknown.
+                    Memo::Working => return Some(DeviceKind::Unknown),
+                    Memo::Pending => return None,
+                    Memo::Settled(kind) => return Some(kind),
                 }
-                // A cycle through this call while it is being worked out: unknown.
-                self.calls
-                    .borrow_mut()
-                    .insert((fi, ci), Some(DeviceKind::Unknown));
+                if let Some(slot) = self.calls.borrow_mut()[fi].get_mut(ci) {
+                    *slot = Memo::Working;
+                }
                 let found = self.ret(fi, ci, depth);
-                self.calls.borrow_mut().insert((fi, ci), found);
+                if let Some(slot) = self.calls.borrow_mut()[fi].get_mut(ci) {
+                    *slot = found.map_or(Memo::Pending, Memo::Settled);
+                }
                 found
             }
         }
@@ -1181,16 +1211,16 @@ impl Resolver<'_, '_> {
                 {
                     return from_operands;
                 }
-                let found = if resolved.is_empty() {
+                let found: &[GlobalFn] = if resolved.is_empty() {
                     by_name
                 } else {
-                    resolved
+                    &resolved
                 };
                 if found.is_empty() {
                     return from_operands;
                 }
                 let mut seen = Seen::None;
-                for (tf, tidx) in found {
+                for &(tf, tidx) in found {
                     match self.tables.rets[self.offsets[tf] + tidx] {
                         Seen::None => return None,
                         Seen::One(k) => {

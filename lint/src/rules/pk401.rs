@@ -306,7 +306,10 @@ fn kind_constants(cx: &CrateContext<'_>, crate_file: &CrateFile<'_>, out: &mut V
     if memchr::memmem::find(crate_file.source().as_bytes(), b"_CUDA").is_none() {
         return;
     }
-    let mut finder = KindFinder { found: Vec::new() };
+    let mut finder = KindFinder {
+        found: Vec::new(),
+        tch: cx.uses(crate_file.id, crate::analysis::Framework::Tch),
+    };
     finder.visit_file(crate_file.ast());
     for path in finder.found {
         let span = path.span();
@@ -342,14 +345,23 @@ fn kind_constants(cx: &CrateContext<'_>, crate_file: &CrateFile<'_>, out: &mut V
 
 struct KindFinder<'ast> {
     found: Vec<&'ast syn::Path>,
+    /// The file uses tch, so an upper-case `*_CUDA` name is one of its `kind` constants.
+    tch: bool,
 }
 
 impl<'ast> Visit<'ast> for KindFinder<'ast> {
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
         let segs = &e.path.segments;
         let n = segs.len();
-        if n >= 2 && segs[n - 2].ident == "kind" && segs[n - 1].ident.to_string().ends_with("_CUDA")
-        {
+        let last = segs[n - 1].ident.to_string();
+        // `kind::FLOAT_CUDA`, or the constant imported (`use tch::kind::FLOAT_CUDA;`).
+        let qualified = n >= 2 && segs[n - 2].ident == "kind";
+        let imported = n == 1
+            && self.tch
+            && last
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if (qualified || imported) && last.ends_with("_CUDA") {
             self.found.push(&e.path);
         }
         visit::visit_expr_path(self, e);
