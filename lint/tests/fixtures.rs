@@ -3,9 +3,10 @@
 //! fixture and a snapshot.
 //!
 //! Marker format: a line that must produce a finding ends with `// expect: PK101`, several codes
-//! `// expect: PK101, PK202`, a demanded severity `// expect: PK101(note)`. The check is strict for the
-//! directory's own rule and for every code that appears in a marker of the directory: every marked
-//! line fires with that code (and severity), and no unmarked line fires with it.
+//! `// expect: PK101, PK202`, a demanded severity `// expect: PK101(note)`. The check is strict for
+//! every rule: every marked line fires with that code (and severity), no unmarked line fires with
+//! any code (a finding of another rule needs its marker too, so that accepting a snapshot never
+//! approves a new finding silently), and no code fires twice on one line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -176,8 +177,6 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
             error.message
         ));
     }
-    let mut strict: BTreeSet<String> = expects.iter().map(|e| e.code.clone()).collect();
-    strict.insert(own_code(dir));
 
     // Every marker fires.
     for expect in &expects {
@@ -211,11 +210,18 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
         .iter()
         .map(|e| ((e.file.clone(), e.line, e.code.clone()), ()))
         .collect();
+    let mut seen: BTreeSet<(PathBuf, usize, String)> = BTreeSet::new();
     for d in &report.diagnostics {
-        if !strict.contains(d.code) {
-            continue;
-        }
         let key = (relative(dir, d), d.region.line, d.code.to_string());
+        // One finding per code and line: a second one is a duplicate report.
+        if !seen.insert(key.clone()) {
+            problems.push(format!(
+                "{}:{}: {} reported twice on this line",
+                key.0.display(),
+                d.region.line,
+                d.code
+            ));
+        }
         if !marked.contains_key(&key) {
             problems.push(format!(
                 "{}:{}: unexpected {} ({}): {}",
