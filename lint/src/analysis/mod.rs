@@ -432,6 +432,54 @@ impl<'a> CrateContext<'a> {
             .unwrap_or(path)
     }
 
+    /// The crate functions that call number `index` of `file` reaches, as (file, function index).
+    pub fn targets(
+        &self,
+        file: FileId,
+        index: usize,
+    ) -> impl Iterator<Item = (FileId, usize)> + 'a {
+        self.analysis
+            .targets_of(file, index)
+            .iter()
+            .map(|&(f, i)| (FileId(f), i))
+    }
+
+    /// The calls of the crate that reach function `fn_idx` of `file`: (file, call index).
+    pub fn call_sites(
+        &self,
+        file: FileId,
+        fn_idx: usize,
+    ) -> impl Iterator<Item = (FileId, usize)> + 'a {
+        self.analysis
+            .call_sites_of(file, fn_idx)
+            .iter()
+            .map(|&(f, c)| (FileId(f), c))
+    }
+
+    /// Whether function `fn_idx` of `file` makes a training step: a step marker in its body or in
+    /// the crate functions it calls (the body of a step, called once per step by a loop that may
+    /// be outside the crate).
+    pub fn trains(&self, file: FileId, fn_idx: usize) -> bool {
+        self.analysis.trains(file, fn_idx)
+    }
+
+    /// The crate's methods named `name`, as (file, function index): what a call through a trait
+    /// object or a generic may reach.
+    pub fn methods_named(&self, name: &str) -> impl Iterator<Item = (FileId, usize)> + 'a {
+        self.analysis
+            .methods_named(name)
+            .iter()
+            .map(|&(f, i)| (FileId(f), i))
+    }
+
+    /// The crate's free functions named `name`, as (file, function index).
+    pub fn free_fns_named(&self, name: &str) -> impl Iterator<Item = (FileId, usize)> + 'a {
+        self.analysis
+            .free_fns_named(name)
+            .iter()
+            .map(|&(f, i)| (FileId(f), i))
+    }
+
     /// The program (build target) a file belongs to: the library and `src/main.rs` share one,
     /// each example, binary, test and benchmark has its own. An opaque index.
     pub fn program(&self, file: FileId) -> usize {

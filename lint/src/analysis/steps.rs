@@ -55,6 +55,17 @@ pub(crate) struct CrateAnalysis {
     file_target: Vec<usize>,
     /// Per build target: device evidence of its files outside test code.
     target_device: Vec<super::DeviceEvidence>,
+    /// The crate functions each call reaches: (file, call) -> (file, function).
+    resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
+    /// Per function (global index): the calls that reach it, as (file, call).
+    call_sites: Vec<Vec<(usize, usize)>>,
+    /// Free functions by name.
+    free_fns: HashMap<String, Vec<GlobalFn>>,
+    /// Methods by name.
+    methods_by_name: HashMap<String, Vec<GlobalFn>>,
+    /// Per function (global index): it makes a training step (a step marker in it or in what it
+    /// calls).
+    trains: Vec<bool>,
     /// Per file, per call: the devices of its operand and (for a transfer) its destination, with
     /// parameters, fields and return values settled across the crate.
     operand_devs: Vec<Vec<(DeviceKind, DeviceKind)>>,
@@ -347,6 +358,34 @@ impl CrateAnalysis {
                 }
             }
         }
+        // Kept for the rules: each call's same-crate targets, and each function's call sites.
+        let mut resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        let mut call_sites: Vec<Vec<(usize, usize)>> = vec![Vec::new(); total_fns];
+        for (fi, file_targets) in targets.iter().enumerate() {
+            for (ci, found) in file_targets.iter().enumerate() {
+                let helpers = helper_calls.get(&(fi, ci));
+                if found.is_empty() && helpers.is_none() {
+                    continue;
+                }
+                let all: Vec<GlobalFn> = found
+                    .iter()
+                    .chain(helpers.into_iter().flatten())
+                    .copied()
+                    .collect();
+                for &t in &all {
+                    call_sites[global(t)].push((fi, ci));
+                }
+                resolved_calls.insert((fi, ci), all);
+            }
+        }
+        let free_fns: HashMap<String, Vec<GlobalFn>> = free
+            .iter()
+            .map(|(name, fns)| (name.to_string(), fns.clone()))
+            .collect();
+        let methods_by_name: HashMap<String, Vec<GlobalFn>> = methods
+            .iter()
+            .map(|(name, fns)| (name.to_string(), fns.clone()))
+            .collect();
         // A call in test code, including the functions found above.
         let in_test = |fi: usize, call: &CallFact<'_>| {
             call.in_test || call.fn_idx.is_some_and(|f| test_fn[global((fi, f))])
@@ -450,6 +489,11 @@ impl CrateAnalysis {
             target_device: Vec::new(),
             operand_devs: Vec::new(),
             call_base: Vec::new(),
+            resolved_calls: HashMap::new(),
+            call_sites: Vec::new(),
+            free_fns: HashMap::new(),
+            methods_by_name: HashMap::new(),
+            trains: Vec::new(),
             fn_offsets: offsets.clone(),
         };
         analysis.call_base = files
@@ -539,6 +583,11 @@ impl CrateAnalysis {
         }
         analysis.test_fn = test_fn;
         analysis.helper_calls = helper_calls;
+        analysis.resolved_calls = resolved_calls;
+        analysis.trains = has_marker;
+        analysis.call_sites = call_sites;
+        analysis.free_fns = free_fns;
+        analysis.methods_by_name = methods_by_name;
         analysis
     }
 
@@ -886,6 +935,44 @@ impl CrateAnalysis {
         }
         let _ = cx;
         self.program_is_cpu(file)
+    }
+
+    /// The crate functions call `call` of `file` reaches.
+    pub(crate) fn targets_of(&self, file: FileId, call: usize) -> &[GlobalFn] {
+        self.resolved_calls
+            .get(&(file.0, call))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// The calls that reach function `fn_idx` of `file`, as (file, call index).
+    pub(crate) fn call_sites_of(&self, file: FileId, fn_idx: usize) -> &[(usize, usize)] {
+        self.call_sites
+            .get(self.fn_offsets[file.0] + fn_idx)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Whether function `fn_idx` of `file` makes a training step (a step marker in its body or in
+    /// the crate functions it calls).
+    pub(crate) fn trains(&self, file: FileId, fn_idx: usize) -> bool {
+        self.trains
+            .get(self.fn_offsets[file.0] + fn_idx)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The crate's methods named `name`.
+    pub(crate) fn methods_named(&self, name: &str) -> &[GlobalFn] {
+        self.methods_by_name
+            .get(name)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// The crate's free functions named `name`.
+    pub(crate) fn free_fns_named(&self, name: &str) -> &[GlobalFn] {
+        self.free_fns.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The index of the program (build target) a file belongs to.

@@ -218,7 +218,7 @@ pub(super) fn strip_ref(expr: &Expr) -> &Expr {
 }
 
 /// Strips error handling around a value: `?`, `.unwrap()`, `.expect(..)`, parentheses.
-pub(super) fn strip_result(expr: &Expr) -> &Expr {
+pub(crate) fn strip_result(expr: &Expr) -> &Expr {
     match expr {
         Expr::Try(t) => strip_result(&t.expr),
         Expr::Paren(p) => strip_result(&p.expr),

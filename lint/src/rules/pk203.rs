@@ -64,6 +64,7 @@ impl Rule for PerSampleUpload {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        mapped_converters(cx, out);
         for file in cx.files() {
             let facts = &file.facts;
             let cudarc = cx.uses(file.id, Framework::Cudarc);
@@ -172,6 +173,168 @@ impl Rule for PerSampleUpload {
             }
         }
     }
+}
+
+/// Per-sample uploads made by a converter function that a join maps over the samples:
+/// `Tensor::cat(items.iter().map(to_tensor).collect(), 0)`, where `to_tensor` (or the function
+/// passed for a converter parameter at the crate's call sites) returns a freshly uploaded tensor.
+/// Reported at the upload, once.
+fn mapped_converters(cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+    let mut reported: Vec<(FileId, usize)> = Vec::new();
+    for file in cx.files() {
+        for join in &file.facts.calls {
+            if join.in_test || !is_tensor_fn(join, &["cat", "stack", "concat"]) {
+                continue;
+            }
+            let Some(f) = join.fn_idx else { continue };
+            // Once per step: the join's function trains (or is a batcher), or a caller does.
+            let per_step = cx.step_loop(file.id, join).is_some()
+                || cx.trains(file.id, f)
+                || is_batching_fn(cx, file.id, join)
+                || cx.call_sites(file.id, f).any(|(cf, ci)| {
+                    cx.file(cf).facts.calls[ci]
+                        .fn_idx
+                        .is_some_and(|g| cx.trains(cf, g))
+                });
+            if !per_step {
+                continue;
+            }
+            let Some(joined) = join.call.args().first() else {
+                continue;
+            };
+            let fn_fact = &file.facts.fns[f];
+            let mut finder = MappedFns { paths: Vec::new() };
+            finder.visit_expr(joined);
+            for path in finder.paths {
+                let name = path
+                    .segments
+                    .last()
+                    .map(|s| s.ident.to_string())
+                    .unwrap_or_default();
+                // A converter parameter: what the crate's callers pass for it.
+                let param = (path.segments.len() == 1)
+                    .then(|| {
+                        fn_fact
+                            .sig
+                            .inputs
+                            .iter()
+                            .filter(|i| matches!(i, syn::FnArg::Typed(_)))
+                            .position(|i| {
+                                matches!(i, syn::FnArg::Typed(t) if binding_name(&t.pat).as_deref() == Some(name.as_str()))
+                            })
+                    })
+                    .flatten();
+                let mut converters: Vec<(FileId, usize)> = Vec::new();
+                match param {
+                    Some(p) => {
+                        for (cf, ci) in cx.call_sites(file.id, f) {
+                            let site = &cx.file(cf).facts.calls[ci];
+                            let skip = usize::from(
+                                !site.call.is_method() && fn_fact.sig.receiver().is_some(),
+                            );
+                            if let Some(syn::Expr::Path(arg)) =
+                                site.call.args().iter().nth(p + skip)
+                                && let Some(last) = arg.path.segments.last()
+                            {
+                                converters.extend(cx.free_fns_named(&last.ident.to_string()));
+                            }
+                        }
+                    }
+                    None => converters.extend(cx.free_fns_named(&name)),
+                }
+                for (cf, cfn) in converters {
+                    let Some((uf, ui)) = returned_upload(cx, cf, cfn, 0) else {
+                        continue;
+                    };
+                    if reported.contains(&(uf, ui)) {
+                        continue;
+                    }
+                    reported.push((uf, ui));
+                    let upload = &cx.file(uf).facts.calls[ui];
+                    if cx.is_statically_cpu(uf, upload) {
+                        continue;
+                    }
+                    let converter = cx.file(cf).facts.fns[cfn].name.to_string();
+                    out.push(
+                        Finding::new(
+                            uf,
+                            cx.region(upload.call.name_span()),
+                            format!(
+                                "`{}` uploads one sample at a time before the batch is joined",
+                                upload.shown()
+                            ),
+                            "gather the samples into one host buffer and upload the whole batch \
+                             with a single constructor call",
+                        )
+                        .with_note(format!(
+                            "`{converter}` makes one tensor per sample for `Tensor::{}` at {}:{}",
+                            join.name,
+                            file.path().display(),
+                            cx.region(join.call.name_span()).line
+                        )),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The function paths mapped over in an expression: `f` in `.map(f)`, `.filter_map(f)`.
+struct MappedFns<'ast> {
+    paths: Vec<&'ast syn::Path>,
+}
+
+impl<'ast> Visit<'ast> for MappedFns<'ast> {
+    fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+        if (m.method == "map" || m.method == "filter_map" || m.method == "flat_map")
+            && let Some(syn::Expr::Path(p)) = m.args.first()
+        {
+            self.paths.push(&p.path);
+        }
+        syn::visit::visit_expr_method_call(self, m);
+    }
+}
+
+/// The upload a function returns: its value is a per-call upload constructor (`Tensor::from_floats(
+/// [x], &device)`), directly or through the crate functions it returns the value of.
+fn returned_upload(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    fn_idx: usize,
+    depth: usize,
+) -> Option<(FileId, usize)> {
+    if depth > 4 {
+        return None;
+    }
+    let facts = &cx.file(file).facts;
+    let block = facts.fns[fn_idx].block;
+    let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last() else {
+        return None;
+    };
+    let name_at = match crate::rules::pk201::strip_result(tail) {
+        syn::Expr::Call(c) => match &*c.func {
+            syn::Expr::Path(p) => p.path.segments.last()?.ident.span().byte_range().start,
+            _ => return None,
+        },
+        syn::Expr::MethodCall(m) => m.method.span().byte_range().start,
+        _ => return None,
+    };
+    let (index, call) = facts
+        .calls
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.call.name_span().byte_range().start == name_at)?;
+    if is_upload(cx, file, call) {
+        return Some((file, index));
+    }
+    let mut targets: Vec<(FileId, usize)> = cx.targets(file, index).collect();
+    // `state.to_tensor()` on a generic: any of the crate's methods of that name may be the one.
+    if targets.is_empty() && call.call.is_method() {
+        targets.extend(cx.methods_named(call.name).take(8));
+    }
+    targets
+        .into_iter()
+        .find_map(|(tf, tfn)| returned_upload(cx, tf, tfn, depth + 1))
 }
 
 /// candle-datasets' `Batcher::new(iter)` / `new_r1` / `new_r2`: stacks the iterator's items into
