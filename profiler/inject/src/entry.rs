@@ -42,6 +42,10 @@ static STATE: OnceLock<State> = OnceLock::new();
 static GUARD: Mutex<Option<perfkit_profiler::Guard>> = Mutex::new(None);
 /// Activity kinds enabled so far, to switch off again if the start fails half-way.
 static ENABLED_KINDS: Mutex<Vec<sys::CUpti_ActivityKind>> = Mutex::new(Vec::new());
+/// The flusher thread, joined by the exit handler before its own flush.
+static FLUSHER: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+/// How long the exit handler waits for the flusher thread to stop.
+const FLUSHER_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Counters {
@@ -90,6 +94,8 @@ impl State {
 struct FlushRequest {
     forced: bool,
     stop: bool,
+    /// Set by the flusher thread as its last act.
+    stopped: bool,
 }
 
 thread_local! {
@@ -381,10 +387,11 @@ fn start() -> Result<String, String> {
             .push(k);
     }
 
-    std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("perfkit-cupti-flush".into())
         .spawn(flusher)
         .map_err(|e| format!("cannot start the flusher thread: {e}"))?;
+    *FLUSHER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
     // SAFETY: registering a plain extern "C" function.
     if unsafe { libc::atexit(at_exit) } != 0 {
         say(format_args!(
@@ -465,6 +472,13 @@ fn finish_session() {
 fn flusher() {
     let Some(state) = STATE.get() else { return };
     let (lock, cv) = &state.flush;
+    flush_until_stopped(state);
+    lock.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
+    cv.notify_all();
+}
+
+fn flush_until_stopped(state: &State) {
+    let (lock, cv) = &state.flush;
     loop {
         let (forced, stop) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -501,12 +515,17 @@ extern "C" fn at_exit() {
     }
     let _ = catch_unwind(|| {
         let Some(state) = STATE.get() else { return };
-        {
-            let (lock, cv) = &state.flush;
-            lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-            cv.notify_all();
+        // The flusher may be inside cuptiActivityFlushAll or processing a buffer: stop it
+        // and wait for it before the last flush and the end of the trace.
+        if stop_flusher(state) {
+            flush_cupti(true);
+        } else {
+            say(format_args!(
+                "warning: the flusher thread did not stop within {} s; records still in CUPTI are \
+                 not flushed",
+                FLUSHER_STOP_TIMEOUT.as_secs()
+            ));
         }
-        flush_cupti(true);
         for m in stack::loaded_modules() {
             // base = load bias, so `ip - base` is the address inside the file for any object
             // (PIE, shared library or fixed-address executable).
@@ -555,6 +574,27 @@ extern "C" fn at_exit() {
             say(format_args!("first decoding error: {e}"));
         }
     });
+}
+
+/// Asks the flusher thread to stop and joins it; false when it did not stop within
+/// [`FLUSHER_STOP_TIMEOUT`] (it is then left running, unjoined).
+fn stop_flusher(state: &State) -> bool {
+    let Some(handle) = FLUSHER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return true;
+    };
+    let (lock, cv) = &state.flush;
+    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    g.stop = true;
+    cv.notify_all();
+    let (g, _) = cv
+        .wait_timeout_while(g, FLUSHER_STOP_TIMEOUT, |r| !r.stopped)
+        .unwrap_or_else(|e| e.into_inner());
+    let stopped = g.stopped;
+    drop(g);
+    if stopped {
+        let _ = handle.join();
+    }
+    stopped
 }
 
 fn nonzero(before: &str, n: u64, after: &str) -> String {

@@ -134,6 +134,25 @@ fn child(scenario: &str) {
     if scenario == "clash" {
         return;
     }
+    if scenario == "slow-flush" {
+        // SAFETY: plain C functions of the stand-in.
+        unsafe {
+            fake.get::<unsafe extern "C" fn(i32)>(b"fake_slow_flush\0")
+                .unwrap()(300);
+            let in_flush = fake
+                .get::<unsafe extern "C" fn() -> i32>(b"fake_in_flush\0")
+                .unwrap();
+            // Exit while the flusher thread is inside a (periodic) flush.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while in_flush() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            println!("exiting inside a flush {}", in_flush());
+        }
+        std::mem::forget(lib);
+        std::mem::forget(fake);
+        return;
+    }
     if scenario == "half-start" {
         // SAFETY: plain C functions of the stand-in.
         let (any_kind, subscribed) = unsafe {
@@ -476,4 +495,24 @@ fn a_start_that_fails_half_way_leaves_cupti_as_it_found_it() {
         stdout.contains("after a failed start: kinds enabled 0, subscribed 0"),
         "{stdout}"
     );
+}
+
+#[test]
+fn the_exit_handler_waits_for_the_flusher_before_its_own_flush() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    let (stdout, stderr, t) = run_child(
+        "slow-flush",
+        "the_exit_handler_waits_for_the_flusher_before_its_own_flush",
+    );
+    assert!(stdout.contains("exiting inside a flush 1"), "{stdout}");
+    // The exit handler's forced flush ran, and never while the flusher's was running.
+    assert!(
+        stderr.contains("fake-cupti: 0 overlapping flushes, 1 forced"),
+        "{stderr}"
+    );
+    let files = perfkit_profiler::trace_files(t.path().join("trace")).unwrap();
+    let (_, _, complete) = gpu_events(&files[0]);
+    assert!(complete, "the exit handler finished the trace");
 }

@@ -7,7 +7,10 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef int CUptiResult;
 typedef void (*CallbackFunc)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
@@ -102,9 +105,36 @@ int fake_any_kind_enabled(void) {
 }
 int fake_subscribed(void) { return g_subscribed; }
 
+static int g_flush_ms;
+static int g_in_flush;
+static int g_overlapping_flushes;
+
+/* Makes every flush take `ms` milliseconds, as a flush that processes many buffers does. */
+void fake_slow_flush(int ms) { g_flush_ms = ms; }
+/* Whether a flush is running now. */
+int fake_in_flush(void) { return __atomic_load_n(&g_in_flush, __ATOMIC_SEQ_CST); }
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    if (__atomic_add_fetch(&g_in_flush, 1, __ATOMIC_SEQ_CST) > 1)
+        __atomic_add_fetch(&g_overlapping_flushes, 1, __ATOMIC_SEQ_CST);
     if (flag != 0) __atomic_add_fetch(&g_forced_flushes, 1, __ATOMIC_SEQ_CST);
+    if (g_flush_ms > 0) {
+        struct timespec t = {g_flush_ms / 1000, (long)(g_flush_ms % 1000) * 1000000L};
+        nanosleep(&t, 0);
+    }
+    __atomic_sub_fetch(&g_in_flush, 1, __ATOMIC_SEQ_CST);
     return SUCCESS;
+}
+
+/* After the program's exit handlers (the library's included): how flushes overlapped. */
+__attribute__((destructor)) static void fake_report(void) {
+    if (g_flush_ms > 0) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "fake-cupti: %d overlapping flushes, %d forced\n",
+                         __atomic_load_n(&g_overlapping_flushes, __ATOMIC_SEQ_CST),
+                         __atomic_load_n(&g_forced_flushes, __ATOMIC_SEQ_CST));
+        if (n > 0) (void)!write(2, line, (size_t)n);
+    }
 }
 
 CUptiResult cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, size_t *dropped) {
