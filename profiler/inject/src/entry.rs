@@ -365,17 +365,14 @@ fn start() -> Result<String, String> {
         sys::cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed))
     })?;
     use sys::CUpti_ActivityKind as K;
-    let mut kinds = vec![
+    let kinds = vec![
         K::CUPTI_ACTIVITY_KIND_MEMCPY,
         K::CUPTI_ACTIVITY_KIND_MEMSET,
         K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
         K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
         K::CUPTI_ACTIVITY_KIND_MEMORY2,
     ];
-    if std::env::var("PERFKIT_INJECT_API_RECORDS").map_or(true, |v| v != "0") {
-        kinds.push(K::CUPTI_ACTIVITY_KIND_DRIVER);
-        kinds.push(K::CUPTI_ACTIVITY_KIND_RUNTIME);
-    }
+    let api_records = std::env::var("PERFKIT_INJECT_API_RECORDS").map_or(true, |v| v != "0");
     for k in kinds {
         // SAFETY: plain enable call.
         check(&format!("cuptiActivityEnable({k:?})"), unsafe {
@@ -385,6 +382,10 @@ fn start() -> Result<String, String> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(k);
+    }
+
+    if api_records {
+        enable_api_records(state)?;
     }
 
     let handle = std::thread::Builder::new()
@@ -402,6 +403,47 @@ fn start() -> Result<String, String> {
         "recording CUDA activity with CUPTI {} ({cupti_path}) into {trace_path}",
         crate::version::describe(version)
     ))
+}
+
+/// API activity records (calls the callbacks did not see) only for the functions that issue
+/// GPU work: per callback id (`cuptiActivityEnableDriverApi` / `...RuntimeApi`), so that CUPTI
+/// neither writes nor hands over records of the program's other calls. Where a per-id enable
+/// fails, the whole kind is enabled instead and the decoder keeps only the watched ones.
+fn enable_api_records(state: &State) -> Result<(), String> {
+    use sys::CUpti_ActivityKind as K;
+    for (kind, table, per_id) in [
+        (
+            K::CUPTI_ACTIVITY_KIND_DRIVER,
+            &state.driver_watch,
+            sys::cuptiActivityEnableDriverApi as unsafe fn(u32, u8) -> CUptiResult,
+        ),
+        (
+            K::CUPTI_ACTIVITY_KIND_RUNTIME,
+            &state.runtime_watch,
+            sys::cuptiActivityEnableRuntimeApi,
+        ),
+    ] {
+        // Listed first, so that a failed start switches the kind off again.
+        ENABLED_KINDS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(kind);
+        let all_per_id = table.iter().enumerate().all(|(cbid, w)| {
+            if !matches!(w, Some(Watch::Work | Watch::Launch | Watch::GraphLaunch)) {
+                return true;
+            }
+            // SAFETY: a callback id CUPTI named; plain enable call.
+            let r = unsafe { per_id(cbid as u32, 1) };
+            r == CUptiResult::CUPTI_SUCCESS
+        });
+        if !all_per_id {
+            // SAFETY: plain enable call.
+            check(&format!("cuptiActivityEnable({kind:?})"), unsafe {
+                sys::cuptiActivityEnable(kind)
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The trace file: `<dir>/<program>-<pid>-inject.pktrace` for `PERFKIT_TRACE=<dir>`, or

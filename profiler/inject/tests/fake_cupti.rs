@@ -167,6 +167,29 @@ fn child(scenario: &str) {
         return;
     }
     // SAFETY: the stand-in's functions, with these C signatures.
+    // SAFETY: plain C function of the stand-in.
+    let api_records = unsafe {
+        *fake
+            .get::<unsafe extern "C" fn(i32, u32) -> i32>(b"fake_api_records_enabled\0")
+            .unwrap()
+    };
+    // Driver 1..3 and runtime 1..2 are watched; driver 4 (cuCtxGetCurrent) and 5
+    // (cuProfilerStop) issue no GPU work.
+    for (domain, cbid) in [
+        (DRIVER, 1),
+        (DRIVER, 2),
+        (DRIVER, 3),
+        (DRIVER, 4),
+        (DRIVER, 5),
+    ]
+    .into_iter()
+    .chain([(RUNTIME, 1), (RUNTIME, 2)])
+    {
+        // SAFETY: as above.
+        println!("api records {domain}/{cbid} enabled {}", unsafe {
+            api_records(domain, cbid)
+        });
+    }
     let (api, deliver, kind_enabled, flushes) = unsafe {
         (
             *fake.get::<FakeApi>(b"fake_api\0").unwrap(),
@@ -328,12 +351,31 @@ fn a_step_played_through_a_stand_in_cupti_lands_in_the_trace() {
         "SYNCHRONIZATION",
         "MEMSET",
         "MEMORY2",
-        "DRIVER",
-        "RUNTIME",
     ] {
         assert!(
             stdout.contains(&format!("kind {kind} enabled 1")),
             "{kind}: {stdout}"
+        );
+    }
+    // API records only for the watched functions, not the whole API kinds.
+    for kind in ["DRIVER", "RUNTIME"] {
+        assert!(
+            stdout.contains(&format!("kind {kind} enabled 0")),
+            "{kind}: {stdout}"
+        );
+    }
+    for (id, on) in [
+        ("1/1", 1),
+        ("1/2", 1),
+        ("1/3", 1),
+        ("1/4", 0),
+        ("1/5", 0),
+        ("2/1", 1),
+        ("2/2", 1),
+    ] {
+        assert!(
+            stdout.contains(&format!("api records {id} enabled {on}")),
+            "{id}: {stdout}"
         );
     }
     assert!(stdout.contains("unwatched callback enabled 0"), "{stdout}");

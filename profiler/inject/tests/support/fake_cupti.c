@@ -28,6 +28,7 @@ static BufferCompleted g_completed;
 static uint64_t g_now = 1000000000ull;
 static int g_enabled[3][16];
 static int g_kinds[64];
+static int g_api_records[3][16];
 static int g_forced_flushes;
 static size_t g_dropped;
 static size_t g_offsets[64];
@@ -94,7 +95,26 @@ CUptiResult cuptiActivityEnable(int kind) {
 CUptiResult cuptiActivityDisable(int kind) {
     if (kind < 0 || kind >= 64) return INVALID_PARAMETER;
     g_kinds[kind] = 0;
+    /* Disabling the API kinds also ends their per-function records. */
+    if (kind == 4 || kind == 5) memset(g_api_records[kind == 4 ? 1 : 2], 0, sizeof g_api_records[0]);
     return SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
+    if (cbid >= 16) return INVALID_PARAMETER;
+    g_api_records[1][cbid] = enable;
+    return SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) {
+    if (cbid >= 16) return INVALID_PARAMETER;
+    g_api_records[2][cbid] = enable;
+    return SUCCESS;
+}
+
+/* Whether API activity records of one function were enabled on their own. */
+int fake_api_records_enabled(int domain, uint32_t cbid) {
+    return domain >= 1 && domain <= 2 && cbid < 16 ? g_api_records[domain][cbid] : 0;
 }
 
 /* Whether any activity kind is enabled, and whether a callback subscriber is registered. */
