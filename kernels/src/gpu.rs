@@ -684,9 +684,8 @@ impl GpuMlp {
         let pinned_labels = &mut self.staging.labels[slot];
         // Waits only for the uploads that last read this slot, two batches ago (an event
         // never recorded yet is complete).
-        self.staging.read[slot]
-            .synchronize()
-            .map_err(driver("cuEventSynchronize"))?;
+        // Recorded: a host stall when the GPU is two batches behind.
+        self.stream.wait_event(&self.staging.read[slot])?;
         pinned_x
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?
