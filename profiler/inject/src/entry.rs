@@ -197,15 +197,12 @@ fn load_cupti() -> Result<(String, u32), String> {
         .map_err(|e| format!("libcupti has no cuptiGetVersion: {e}"))?;
     let addr = *f as *const c_void;
     let mut version = 0u32;
-    // SAFETY: valid out-pointer; cuptiGetVersion makes no driver call.
+    // SAFETY: valid out-pointer.
     let r = unsafe { f(&mut version) };
-    if r == CUptiResult::CUPTI_ERROR_UNKNOWN
-        // SAFETY: only probes dlopen candidates.
-        && !unsafe { cudarc::driver::sys::is_culib_present() }
-    {
-        return Err(
-            "libcupti cannot initialise without a CUDA driver (libcuda.so.1 not found)".into(),
-        );
+    // Without a driver CUPTI 13.5 fails here with CUPTI_ERROR_UNKNOWN; CUPTI 13.0 answers and
+    // fails later, at cuptiSubscribe, where the same check is made.
+    if r == CUptiResult::CUPTI_ERROR_UNKNOWN {
+        no_driver()?;
     }
     check("cuptiGetVersion", r)?;
     let path = loaded_from(addr).unwrap_or_else(|| "libcupti".to_string());
@@ -225,6 +222,17 @@ fn load_cupti() -> Result<(String, u32), String> {
 }
 
 /// The file the code at `addr` was loaded from.
+/// The error for a CUPTI call that failed because there is no CUDA driver to initialise
+/// against; Ok when a driver library is there (the failure has another cause).
+fn no_driver() -> Result<(), String> {
+    // SAFETY: only probes dlopen candidates.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("libcupti cannot initialise without a CUDA driver (libcuda.so.1 not found)".into())
+    }
+}
+
 fn loaded_from(addr: *const c_void) -> Option<String> {
     // SAFETY: Dl_info is plain data; dladdr fills it.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -294,6 +302,9 @@ fn start() -> Result<String, String> {
              process; run without it or use `perfkit profile --no-inject`"
                 .into(),
         );
+    }
+    if r != CUptiResult::CUPTI_SUCCESS {
+        no_driver()?;
     }
     check("cuptiSubscribe", r)?;
     SUBSCRIBER.store(subscriber as usize, Ordering::SeqCst);

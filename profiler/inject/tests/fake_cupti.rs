@@ -111,6 +111,13 @@ fn child(scenario: &str) {
         // SAFETY: plain C function.
         unsafe { fake.get::<unsafe extern "C" fn()>(b"fake_hold\0").unwrap()() };
     }
+    if scenario == "no-driver-13.0" {
+        // SAFETY: plain C function.
+        unsafe {
+            fake.get::<unsafe extern "C" fn()>(b"fake_as_13_0_without_driver\0")
+                .unwrap()()
+        };
+    }
     if scenario == "half-start" {
         // The synchronization kind cannot be enabled: the start fails after others were.
         // SAFETY: plain C function.
@@ -131,7 +138,7 @@ fn child(scenario: &str) {
             .unwrap()()
     };
     println!("initialize returned {rc}");
-    if scenario == "clash" {
+    if scenario == "clash" || scenario == "no-driver-13.0" {
         return;
     }
     if scenario == "slow-flush" {
@@ -557,4 +564,26 @@ fn the_exit_handler_waits_for_the_flusher_before_its_own_flush() {
     let files = perfkit_profiler::trace_files(t.path().join("trace")).unwrap();
     let (_, _, complete) = gpu_events(&files[0]);
     assert!(complete, "the exit handler finished the trace");
+}
+
+#[test]
+fn a_cupti_that_answers_its_version_without_a_driver_is_refused_for_the_missing_driver() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    // SAFETY: only tries to dlopen libcuda.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        // With a driver, a failed subscribe is reported as such (the clash test).
+        return;
+    }
+    let (stdout, stderr, t) = run_child(
+        "no-driver-13.0",
+        "a_cupti_that_answers_its_version_without_a_driver_is_refused_for_the_missing_driver",
+    );
+    assert!(stdout.contains("initialize returned 1"), "{stdout}");
+    assert!(
+        stderr.contains("not recording: libcupti cannot initialise without a CUDA driver"),
+        "{stderr}"
+    );
+    assert!(!t.path().join("trace").exists());
 }

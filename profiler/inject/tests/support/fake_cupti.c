@@ -47,7 +47,12 @@ CUptiResult cuptiGetResultString(CUptiResult result, const char **str) {
     return SUCCESS;
 }
 
+static int g_as_13_0_without_driver;
+/* Behaves as CUPTI 13.0.85 with no driver: cuptiGetVersion answers, cuptiSubscribe fails. */
+void fake_as_13_0_without_driver(void) { g_as_13_0_without_driver = 1; }
+
 CUptiResult cuptiSubscribe(void **subscriber, CallbackFunc callback, void *userdata) {
+    if (g_as_13_0_without_driver) return 999; /* CUPTI_ERROR_UNKNOWN */
     if (g_subscribed) return MULTIPLE_SUBSCRIBERS;
     g_subscribed = 1;
     g_callback = callback;
