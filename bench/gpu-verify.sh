@@ -26,9 +26,9 @@ GPU_TESTS=(
   "gpu_kernels:every CUDA kernel against its CPU twin, the GPU trainer's falling loss"
   "cuda_recorder:recorded bytes, event times inside the host timeline, no extra synchronization"
   "cuda_bandwidth:pinned vs pageable host-to-device bandwidth"
-  "gpu:the trainer seen through CUPTI injection matches its own instrumentation"
+  "gpu:the trainer through CUPTI injection vs its own trace: copies, module kernels by name, cuBLAS kernels and stream/event syncs bounded below"
   "real_cupti:the system's libcupti is found, version-checked and its callbacks named"
-  "nvrtc_compile:NVRTC compiles every kernel"
+  "nvrtc_compile:NVRTC compiles every kernel to a CUBIN (PTX only for unknown targets)"
   "inject_cli:the PyTorch fixtures under perfkit profile"
   "devices_cli:perfkit devices against the driver"
 )
@@ -177,12 +177,25 @@ run() {
   runs=$(mktemp -d)
 
   step "machine" sh -c 'nvidia-smi; uname -a'
+  # First: the kernels must load. The trainer must not fall back to the CPU on a GPU machine
+  # (a CUBIN for the device's sm_XX loads whatever NVRTC's minor version; PTX from an NVRTC
+  # newer than the driver does not).
+  step "nvrtc vs driver" sh -c 'nvidia-smi --query-gpu=driver_version,compute_cap --format=csv;
+    ls -l $(echo "$LD_LIBRARY_PATH" | tr : "\n" | sed "s|\$|/libnvrtc.so*|") 2>/dev/null || true'
+  step "auto trains on the GPU" bash -c \
+    'out=$(target/release/train --device auto --steps 5 2>&1) || { echo "$out"; exit 1; }
+     echo "$out"; ! grep -q "training on the CPU" <<<"$out"'
   step "perfkit devices" sh -c 'target/release/perfkit devices && target/release/perfkit devices --json'
   local t exe
   for t in "${GPU_TESTS[@]}"; do
     exe=$(ls -t target/release/deps/"${t%%:*}"-* 2>/dev/null | head -1)
     step "test ${t%%:*}" "${exe:-missing-test-executable-${t%%:*}}" --include-ignored --test-threads=1 --nocapture
   done
+  # The injection's exit path: the flusher stopped in time, nothing dropped or undecodable.
+  step "inject exit clean" bash -c \
+    "out=\$(target/release/perfkit profile --inject --out '$runs/inject-exit' -- \
+       target/release/train --device $device --steps 200 2>&1) || { echo \"\$out\"; exit 1; }
+     echo \"\$out\"; ! grep -E 'did not stop within|could not be decoded|CUPTI dropped' <<<\"\$out\""
   step "train --bench" bash -o pipefail -c "target/release/train --bench | tee '$out/bench.txt'"
 
   # The tuned trainer and each anti-pattern, about 50 steps each, as fixture traces.

@@ -25,10 +25,12 @@ pub enum GpuError {
     #[error(transparent)]
     Nvrtc(#[from] NvrtcError),
     /// The driver is older than the NVRTC that compiled the kernels, so it cannot load
-    /// their PTX.
+    /// their PTX (only a device this crate has no CUBIN target for gets PTX). A GPU that
+    /// exists but cannot run the kernels: an error, never a fallback to the CPU.
     #[error(
-        "the CUDA driver (CUDA {}.{}) cannot load PTX from NVRTC {}: update the NVIDIA driver to one for CUDA {} or newer",
-        driver / 1000, driver % 1000 / 10, nvrtc / 1000, nvrtc / 1000
+        "the CUDA driver (CUDA {}.{}) cannot load PTX from NVRTC {}.{}: use an NVRTC no newer than the driver \
+         (`pip install 'nvidia-cuda-nvrtc==13.0.88'`) or update the NVIDIA driver",
+        driver / 1000, driver % 1000 / 10, nvrtc / 1000, nvrtc % 1000 / 10
     )]
     PtxTooNew {
         /// `cuDriverGetVersion`.
@@ -55,7 +57,7 @@ impl GpuError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             GpuError::Cuda(e) => e.is_unavailable(),
-            GpuError::Nvrtc(NvrtcError::NotFound) | GpuError::PtxTooNew { .. } => true,
+            GpuError::Nvrtc(NvrtcError::NotFound) => true,
             _ => false,
         }
     }
@@ -63,6 +65,19 @@ impl GpuError {
 
 fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {
     move |source| GpuError::Cuda(CudaError::Driver { op, source })
+}
+
+/// A module load or lookup failure, with a PTX the driver cannot read (NVRTC newer
+/// than the driver) turned into [`GpuError::PtxTooNew`] wherever it surfaces.
+fn module_error(op: &'static str, e: cudarc::driver::DriverError) -> GpuError {
+    use cudarc::driver::sys::CUresult;
+    match e.0 {
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => GpuError::PtxTooNew {
+            driver: perfkit_profiler::cuda::driver_version().unwrap_or(0),
+            nvrtc: nvrtc::version().unwrap_or(0),
+        },
+        _ => driver(op)(e),
+    }
 }
 
 fn to_i32(what: &'static str, value: usize) -> Result<i32, GpuError> {
@@ -104,22 +119,17 @@ impl GpuKernels {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(driver("cuDeviceGetAttribute"))?;
-        let arch = nvrtc::arch_for(major, minor)?;
-        let ptx = nvrtc::compile_mlp(arch)?;
-        let module = ctx.load_module(ptx).map_err(|e| {
-            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
-                GpuError::PtxTooNew {
-                    driver: perfkit_profiler::cuda::driver_version().unwrap_or(0),
-                    nvrtc: nvrtc::version().unwrap_or(0),
-                }
-            } else {
-                driver("cuModuleLoadData")(e)
-            }
-        })?;
+        let arch = nvrtc::target(major, minor)?;
+        let image = nvrtc::compile_mlp(arch)?;
+        let module = ctx
+            .load_module(image.module())
+            .map_err(|e| module_error("cuModuleLoadData", e))?;
+        // With lazy module loading (the default since CUDA 12.2) the driver may only
+        // look at the image here.
         let f = |name: &str| {
             module
                 .load_function(name)
-                .map_err(driver("cuModuleGetFunction"))
+                .map_err(|e| module_error("cuModuleGetFunction", e))
         };
         Ok(Self {
             fill_uniform: f("fill_uniform")?,
@@ -674,9 +684,8 @@ impl GpuMlp {
         let pinned_labels = &mut self.staging.labels[slot];
         // Waits only for the uploads that last read this slot, two batches ago (an event
         // never recorded yet is complete).
-        self.staging.read[slot]
-            .synchronize()
-            .map_err(driver("cuEventSynchronize"))?;
+        // Recorded: a host stall when the GPU is two batches behind.
+        self.stream.wait_event(&self.staging.read[slot])?;
         pinned_x
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?

@@ -11,7 +11,7 @@ fn require_nvrtc() {
     assert!(
         nvrtc::nvrtc_available(),
         "libnvrtc cannot be loaded by cudarc (searched libnvrtc.so, libnvrtc.so.13, ... on \
-         LD_LIBRARY_PATH and the system paths); install it with `pip install nvidia-cuda-nvrtc` \
+         LD_LIBRARY_PATH and the system paths); install it with `pip install nvidia-cuda-nvrtc==13.0.88` \
          and add site-packages/nvidia/cu13/lib to LD_LIBRARY_PATH"
     );
 }
@@ -19,21 +19,34 @@ fn require_nvrtc() {
 #[test]
 #[cfg_attr(
     not(perfkit_nvrtc_test),
-    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc==13.0.88, add nvidia/cu13/lib to LD_LIBRARY_PATH"
 )]
-fn every_kernel_compiles_to_ptx_for_hopper_and_ampere() {
+fn every_kernel_compiles_to_a_cubin_for_hopper_and_ampere() {
     require_nvrtc();
     for arch in ["sm_90", "sm_80"] {
-        let ptx = nvrtc::compile_mlp(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let src = ptx.to_src();
+        let image = nvrtc::compile_mlp(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!(image.arch(), arch);
+        // Machine code, which a driver of the same CUDA major version loads whatever
+        // NVRTC's minor version; PTX from a newer NVRTC is rejected by an older driver.
+        let cubin = image.cubin().unwrap_or_else(|| panic!("{arch}: no CUBIN"));
+        assert_eq!(
+            &cubin[..4],
+            b"\x7fELF",
+            "{arch}: the CUBIN is not an ELF image"
+        );
+        let ptx = image.ptx();
         assert!(
-            src.contains(&format!(".target {arch}")),
+            ptx.contains(&format!(".target {arch}")),
             "{arch}: PTX has the wrong target"
         );
         for name in KERNEL_NAMES {
             assert!(
-                src.contains(&format!(".entry {name}(")),
+                ptx.contains(&format!(".entry {name}(")),
                 "{arch}: no entry for {name}"
+            );
+            assert!(
+                cubin.windows(name.len()).any(|w| w == name.as_bytes()),
+                "{arch}: no symbol {name} in the CUBIN"
             );
         }
     }
@@ -42,19 +55,42 @@ fn every_kernel_compiles_to_ptx_for_hopper_and_ampere() {
 #[test]
 #[cfg_attr(
     not(perfkit_nvrtc_test),
-    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc==13.0.88, add nvidia/cu13/lib to LD_LIBRARY_PATH"
 )]
-fn compiled_ptx_is_cached_per_process() {
+fn hopper_gets_a_cubin_from_the_loaded_nvrtc_and_an_unknown_device_ptx() {
     require_nvrtc();
-    let first = nvrtc::compile_mlp("sm_90").expect("compile");
-    let second = nvrtc::compile_mlp("sm_90").expect("compile");
-    assert_eq!(first.to_src(), second.to_src());
+    let supported = nvrtc::supported_archs();
+    assert!(
+        supported.contains(&90),
+        "NVRTC does not list sm_90: {supported:?}"
+    );
+    // What `GpuKernels::load` compiles for an H100/H200.
+    assert_eq!(nvrtc::target(9, 0).expect("target"), "sm_90");
+    // A device newer than any this crate names falls back to PTX, compiled by the driver.
+    let fallback = nvrtc::target(99, 0).expect("target");
+    assert!(fallback.starts_with("compute_"), "{fallback}");
+    let image = nvrtc::compile_mlp(fallback).expect("compile");
+    assert!(image.cubin().is_none());
+    assert!(image.ptx().contains(".entry sgd_momentum("));
 }
 
 #[test]
 #[cfg_attr(
     not(perfkit_nvrtc_test),
-    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc==13.0.88, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+)]
+fn compiled_images_are_cached_per_process() {
+    require_nvrtc();
+    let first = nvrtc::compile_mlp("sm_90").expect("compile");
+    let second = nvrtc::compile_mlp("sm_90").expect("compile");
+    assert_eq!(first.ptx(), second.ptx());
+    assert_eq!(first.cubin(), second.cubin());
+}
+
+#[test]
+#[cfg_attr(
+    not(perfkit_nvrtc_test),
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc==13.0.88, add nvidia/cu13/lib to LD_LIBRARY_PATH"
 )]
 fn a_compile_error_names_the_line_of_the_source() {
     require_nvrtc();
@@ -77,7 +113,7 @@ fn a_compile_error_names_the_line_of_the_source() {
 #[test]
 #[cfg_attr(
     not(perfkit_nvrtc_test),
-    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc, add nvidia/cu13/lib to LD_LIBRARY_PATH"
+    ignore = "libnvrtc not found at build time: pip install nvidia-cuda-nvrtc==13.0.88, add nvidia/cu13/lib to LD_LIBRARY_PATH"
 )]
 fn the_nvrtc_version_is_read_for_the_driver_check() {
     require_nvrtc();

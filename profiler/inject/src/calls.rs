@@ -42,6 +42,11 @@ pub fn classify(domain: Domain, name: &str) -> Option<Watch> {
             if name.starts_with("cuMemAllocHost") || name.starts_with("cuMemFreeHost") {
                 return None;
             }
+            // A host function runs on a CUDA thread, not the GPU: no activity record ever
+            // carries its id, so its call would wait in the call table for nothing.
+            if name.starts_with("cuLaunchHostFunc") {
+                return None;
+            }
             if name.starts_with("cuGraphLaunch") {
                 return Some(Watch::GraphLaunch);
             }
@@ -64,6 +69,9 @@ pub fn classify(domain: Domain, name: &str) -> Option<Watch> {
         }
         Domain::Runtime => {
             if name.starts_with("cudaMallocHost") || name.starts_with("cudaFreeHost") {
+                return None;
+            }
+            if name.starts_with("cudaLaunchHostFunc") {
                 return None;
             }
             if name.starts_with("cudaGraphLaunch") {
@@ -134,6 +142,10 @@ mod tests {
         for n in ["cudaLaunchKernel_v7000", "cudaLaunchKernelExC_v11060"] {
             assert_eq!(classify(Domain::Runtime, n), Some(Watch::Launch), "{n}");
         }
+        // Host functions: launched, but never GPU work with an activity record.
+        assert_eq!(classify(Domain::Driver, "cuLaunchHostFunc"), None);
+        assert_eq!(classify(Domain::Driver, "cuLaunchHostFunc_ptsz"), None);
+        assert_eq!(classify(Domain::Runtime, "cudaLaunchHostFunc_v10000"), None);
         assert_eq!(
             classify(Domain::Driver, "cuGraphLaunch"),
             Some(Watch::GraphLaunch)

@@ -42,6 +42,10 @@ static STATE: OnceLock<State> = OnceLock::new();
 static GUARD: Mutex<Option<perfkit_profiler::Guard>> = Mutex::new(None);
 /// Activity kinds enabled so far, to switch off again if the start fails half-way.
 static ENABLED_KINDS: Mutex<Vec<sys::CUpti_ActivityKind>> = Mutex::new(Vec::new());
+/// The flusher thread, joined by the exit handler before its own flush.
+static FLUSHER: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+/// How long the exit handler waits for the flusher thread to stop.
+const FLUSHER_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Counters {
@@ -90,6 +94,8 @@ impl State {
 struct FlushRequest {
     forced: bool,
     stop: bool,
+    /// Set by the flusher thread as its last act.
+    stopped: bool,
 }
 
 thread_local! {
@@ -191,15 +197,12 @@ fn load_cupti() -> Result<(String, u32), String> {
         .map_err(|e| format!("libcupti has no cuptiGetVersion: {e}"))?;
     let addr = *f as *const c_void;
     let mut version = 0u32;
-    // SAFETY: valid out-pointer; cuptiGetVersion makes no driver call.
+    // SAFETY: valid out-pointer.
     let r = unsafe { f(&mut version) };
-    if r == CUptiResult::CUPTI_ERROR_UNKNOWN
-        // SAFETY: only probes dlopen candidates.
-        && !unsafe { cudarc::driver::sys::is_culib_present() }
-    {
-        return Err(
-            "libcupti cannot initialise without a CUDA driver (libcuda.so.1 not found)".into(),
-        );
+    // Without a driver CUPTI 13.5 fails here with CUPTI_ERROR_UNKNOWN; CUPTI 13.0 answers and
+    // fails later, at cuptiSubscribe, where the same check is made.
+    if r == CUptiResult::CUPTI_ERROR_UNKNOWN {
+        no_driver()?;
     }
     check("cuptiGetVersion", r)?;
     let path = loaded_from(addr).unwrap_or_else(|| "libcupti".to_string());
@@ -219,6 +222,17 @@ fn load_cupti() -> Result<(String, u32), String> {
 }
 
 /// The file the code at `addr` was loaded from.
+/// The error for a CUPTI call that failed because there is no CUDA driver to initialise
+/// against; Ok when a driver library is there (the failure has another cause).
+fn no_driver() -> Result<(), String> {
+    // SAFETY: only probes dlopen candidates.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("libcupti cannot initialise without a CUDA driver (libcuda.so.1 not found)".into())
+    }
+}
+
 fn loaded_from(addr: *const c_void) -> Option<String> {
     // SAFETY: Dl_info is plain data; dladdr fills it.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -288,6 +302,9 @@ fn start() -> Result<String, String> {
              process; run without it or use `perfkit profile --no-inject`"
                 .into(),
         );
+    }
+    if r != CUptiResult::CUPTI_SUCCESS {
+        no_driver()?;
     }
     check("cuptiSubscribe", r)?;
     SUBSCRIBER.store(subscriber as usize, Ordering::SeqCst);
@@ -359,17 +376,14 @@ fn start() -> Result<String, String> {
         sys::cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed))
     })?;
     use sys::CUpti_ActivityKind as K;
-    let mut kinds = vec![
+    let kinds = vec![
         K::CUPTI_ACTIVITY_KIND_MEMCPY,
         K::CUPTI_ACTIVITY_KIND_MEMSET,
         K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
         K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
         K::CUPTI_ACTIVITY_KIND_MEMORY2,
     ];
-    if std::env::var("PERFKIT_INJECT_API_RECORDS").map_or(true, |v| v != "0") {
-        kinds.push(K::CUPTI_ACTIVITY_KIND_DRIVER);
-        kinds.push(K::CUPTI_ACTIVITY_KIND_RUNTIME);
-    }
+    let api_records = std::env::var("PERFKIT_INJECT_API_RECORDS").map_or(true, |v| v != "0");
     for k in kinds {
         // SAFETY: plain enable call.
         check(&format!("cuptiActivityEnable({k:?})"), unsafe {
@@ -381,10 +395,15 @@ fn start() -> Result<String, String> {
             .push(k);
     }
 
-    std::thread::Builder::new()
+    if api_records {
+        enable_api_records(state)?;
+    }
+
+    let handle = std::thread::Builder::new()
         .name("perfkit-cupti-flush".into())
         .spawn(flusher)
         .map_err(|e| format!("cannot start the flusher thread: {e}"))?;
+    *FLUSHER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
     // SAFETY: registering a plain extern "C" function.
     if unsafe { libc::atexit(at_exit) } != 0 {
         say(format_args!(
@@ -395,6 +414,47 @@ fn start() -> Result<String, String> {
         "recording CUDA activity with CUPTI {} ({cupti_path}) into {trace_path}",
         crate::version::describe(version)
     ))
+}
+
+/// API activity records (calls the callbacks did not see) only for the functions that issue
+/// GPU work: per callback id (`cuptiActivityEnableDriverApi` / `...RuntimeApi`), so that CUPTI
+/// neither writes nor hands over records of the program's other calls. Where a per-id enable
+/// fails, the whole kind is enabled instead and the decoder keeps only the watched ones.
+fn enable_api_records(state: &State) -> Result<(), String> {
+    use sys::CUpti_ActivityKind as K;
+    for (kind, table, per_id) in [
+        (
+            K::CUPTI_ACTIVITY_KIND_DRIVER,
+            &state.driver_watch,
+            sys::cuptiActivityEnableDriverApi as unsafe fn(u32, u8) -> CUptiResult,
+        ),
+        (
+            K::CUPTI_ACTIVITY_KIND_RUNTIME,
+            &state.runtime_watch,
+            sys::cuptiActivityEnableRuntimeApi,
+        ),
+    ] {
+        // Listed first, so that a failed start switches the kind off again.
+        ENABLED_KINDS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(kind);
+        let all_per_id = table.iter().enumerate().all(|(cbid, w)| {
+            if !matches!(w, Some(Watch::Work | Watch::Launch | Watch::GraphLaunch)) {
+                return true;
+            }
+            // SAFETY: a callback id CUPTI named; plain enable call.
+            let r = unsafe { per_id(cbid as u32, 1) };
+            r == CUptiResult::CUPTI_SUCCESS
+        });
+        if !all_per_id {
+            // SAFETY: plain enable call.
+            check(&format!("cuptiActivityEnable({kind:?})"), unsafe {
+                sys::cuptiActivityEnable(kind)
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The trace file: `<dir>/<program>-<pid>-inject.pktrace` for `PERFKIT_TRACE=<dir>`, or
@@ -465,6 +525,13 @@ fn finish_session() {
 fn flusher() {
     let Some(state) = STATE.get() else { return };
     let (lock, cv) = &state.flush;
+    flush_until_stopped(state);
+    lock.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
+    cv.notify_all();
+}
+
+fn flush_until_stopped(state: &State) {
+    let (lock, cv) = &state.flush;
     loop {
         let (forced, stop) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -501,12 +568,17 @@ extern "C" fn at_exit() {
     }
     let _ = catch_unwind(|| {
         let Some(state) = STATE.get() else { return };
-        {
-            let (lock, cv) = &state.flush;
-            lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-            cv.notify_all();
+        // The flusher may be inside cuptiActivityFlushAll or processing a buffer: stop it
+        // and wait for it before the last flush and the end of the trace.
+        if stop_flusher(state) {
+            flush_cupti(true);
+        } else {
+            say(format_args!(
+                "warning: the flusher thread did not stop within {} s; records still in CUPTI are \
+                 not flushed",
+                FLUSHER_STOP_TIMEOUT.as_secs()
+            ));
         }
-        flush_cupti(true);
         for m in stack::loaded_modules() {
             // base = load bias, so `ip - base` is the address inside the file for any object
             // (PIE, shared library or fixed-address executable).
@@ -555,6 +627,27 @@ extern "C" fn at_exit() {
             say(format_args!("first decoding error: {e}"));
         }
     });
+}
+
+/// Asks the flusher thread to stop and joins it; false when it did not stop within
+/// [`FLUSHER_STOP_TIMEOUT`] (it is then left running, unjoined).
+fn stop_flusher(state: &State) -> bool {
+    let Some(handle) = FLUSHER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return true;
+    };
+    let (lock, cv) = &state.flush;
+    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    g.stop = true;
+    cv.notify_all();
+    let (g, _) = cv
+        .wait_timeout_while(g, FLUSHER_STOP_TIMEOUT, |r| !r.stopped)
+        .unwrap_or_else(|e| e.into_inner());
+    let stopped = g.stopped;
+    drop(g);
+    if stopped {
+        let _ = handle.join();
+    }
+    stopped
 }
 
 fn nonzero(before: &str, n: u64, after: &str) -> String {

@@ -8,7 +8,7 @@
 //! see. [`Joiner::convert`] turns one decoded record plus its call into an [`Op`], with GPU
 //! times moved from the CUPTI clock to the trace clock by a [`Clock`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use perfkit_profiler::model::{GpuOpKind, HostMemory, Nanos, ThreadIndex};
 
@@ -131,13 +131,20 @@ pub enum Skip {
 /// arrives, e.g. failed calls, would otherwise accumulate).
 pub const CALL_WINDOW: usize = 1 << 20;
 
+/// How many correlation ids already used by an operation are remembered, so that an API
+/// record arriving after its activity record is dropped rather than kept for ever.
+pub const CONSUMED_WINDOW: usize = 1 << 16;
+
 /// Correlation id -> call, bounded.
 #[derive(Debug, Default)]
 pub struct Joiner {
     calls: BTreeMap<u32, CallInfo>,
     /// Calls known only from API activity records (no callback), kept apart so a callback's
-    /// information always wins.
-    api_only: HashMap<u32, CallInfo>,
+    /// information always wins. Bounded: the oldest go first.
+    api_only: BTreeMap<u32, CallInfo>,
+    /// Correlation ids an operation already carried (joined or not), newest last.
+    consumed: HashSet<u32>,
+    consumed_order: VecDeque<u32>,
     /// Device of each CUDA context, learnt from the records that carry both (synchronization
     /// records carry only the context).
     context_devices: HashMap<u32, u32>,
@@ -175,6 +182,11 @@ impl Joiner {
         }
     }
 
+    /// Number of correlation ids remembered as used.
+    pub fn consumed_len(&self) -> usize {
+        self.consumed.len()
+    }
+
     /// Number of calls held.
     pub fn len(&self) -> usize {
         self.calls.len() + self.api_only.len()
@@ -186,7 +198,9 @@ impl Joiner {
     }
 
     fn api_record(&mut self, r: &ApiRecord, clock: &Clock) {
-        if self.calls.contains_key(&r.correlation) {
+        // Its operation already went out (the activity record came first): nothing will
+        // ever ask for it.
+        if self.calls.contains_key(&r.correlation) || self.consumed.contains(&r.correlation) {
             return;
         }
         let (Some(s), Some(e)) = (clock.to_trace(r.start), clock.to_trace(r.end)) else {
@@ -205,7 +219,20 @@ impl Joiner {
             },
         );
         if self.api_only.len() > CALL_WINDOW {
-            self.api_only.clear();
+            self.api_only.pop_first();
+        }
+    }
+
+    /// Remembers that an operation carried `correlation` (bounded to [`CONSUMED_WINDOW`]).
+    fn consume(&mut self, correlation: u32) {
+        if correlation == 0 || !self.consumed.insert(correlation) {
+            return;
+        }
+        self.consumed_order.push_back(correlation);
+        if self.consumed_order.len() > CONSUMED_WINDOW
+            && let Some(old) = self.consumed_order.pop_front()
+        {
+            self.consumed.remove(&old);
         }
     }
 
@@ -226,11 +253,22 @@ impl Joiner {
         if correlation == 0 {
             return None;
         }
-        let c = self
+        let Some(c) = self
             .use_call(correlation)
-            .or_else(|| self.api_only.remove(&correlation))?;
+            .or_else(|| self.api_only.remove(&correlation))
+        else {
+            // Unjoined: an API record arriving later is of no use.
+            self.consume(correlation);
+            return None;
+        };
+        if !c.repeats {
+            self.consume(correlation);
+        }
         if let Some(outer) = c.outer {
             if let Some(o) = self.use_call(outer) {
+                if !o.repeats {
+                    self.consume(outer);
+                }
                 return Some(CallInfo {
                     thread: o.thread.or(c.thread),
                     host_start: o.host_start,
@@ -243,6 +281,7 @@ impl Joiner {
             }
         } else if let Some(inner) = c.inner {
             self.use_call(inner);
+            self.consume(inner);
         }
         Some(c)
     }
@@ -627,44 +666,100 @@ mod tests {
     }
 
     #[test]
-    fn unjoined_kernel_uses_gpu_start_and_api_record_fills_in() {
+    fn unjoined_kernel_uses_gpu_start_and_an_earlier_api_record_fills_in() {
         let clock = Clock::from_pair(1_000, 2_000);
-        let k = Activity::Kernel(KernelRecord {
-            name: Some("gemm".into()),
-            start: 5_000,
-            end: 6_000,
-            device: 0,
-            context: 1,
-            stream: 3,
-            grid: [4, 1, -1],
-            block: [128, 1, 1],
-            static_shared_memory: 0,
-            dynamic_shared_memory: 256,
-            correlation: 77,
-        });
+        let kernel_with = |correlation: u32| {
+            Activity::Kernel(KernelRecord {
+                name: Some("gemm".into()),
+                start: 5_000,
+                end: 6_000,
+                device: 0,
+                context: 1,
+                stream: 3,
+                grid: [4, 1, -1],
+                block: [128, 1, 1],
+                static_shared_memory: 0,
+                dynamic_shared_memory: 256,
+                correlation,
+            })
+        };
+        let api_for = |correlation: u32| {
+            Activity::Api(ApiRecord {
+                domain: ApiDomain::Runtime,
+                cbid: 211,
+                start: 4_500,
+                end: 4_900,
+                process: 1,
+                thread: 1,
+                correlation,
+                return_value: 0,
+            })
+        };
         let mut j = Joiner::new();
-        let op = j.convert(&k, &clock).unwrap();
+        let op = j.convert(&kernel_with(77), &clock).unwrap();
         assert!(!op.joined);
         assert_eq!((op.host_start, op.host_end), (4_000, 4_000));
         let kern = op.kernel.unwrap();
         assert_eq!(kern.grid, [4, 1, 0], "negative dimensions clamp to 0");
         assert_eq!(kern.shared_mem_bytes, 256);
+        // Its API record, arriving after the kernel went out, is dropped, not kept.
+        assert_eq!(j.convert(&api_for(77), &clock), Err(Skip::Api));
+        assert!(j.is_empty(), "a late API record is not held");
 
-        let api = Activity::Api(ApiRecord {
-            domain: ApiDomain::Runtime,
-            cbid: 211,
-            start: 4_500,
-            end: 4_900,
-            process: 1,
-            thread: 1,
-            correlation: 77,
-            return_value: 0,
-        });
-        assert_eq!(j.convert(&api, &clock), Err(Skip::Api));
-        let op = j.convert(&k, &clock).unwrap();
+        // An API record ahead of its kernel joins it, once.
+        assert_eq!(j.convert(&api_for(78), &clock), Err(Skip::Api));
+        assert_eq!(j.len(), 1);
+        let op = j.convert(&kernel_with(78), &clock).unwrap();
         assert!(op.joined);
         assert_eq!((op.host_start, op.host_end), (3_500, 3_900));
         assert_eq!(op.thread, None);
+        assert!(j.is_empty());
+        // A second API record for the same id (driver and runtime) is dropped too.
+        assert_eq!(j.convert(&api_for(78), &clock), Err(Skip::Api));
+        assert!(j.is_empty());
+    }
+
+    #[test]
+    fn late_api_records_never_accumulate() {
+        let clock = Clock::from_pair(1_000, 2_000);
+        let mut j = Joiner::new();
+        for corr in 1..=10_000u32 {
+            let k = Activity::Kernel(KernelRecord {
+                name: None,
+                start: 5_000,
+                end: 6_000,
+                device: 0,
+                context: 1,
+                stream: 3,
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                static_shared_memory: 0,
+                dynamic_shared_memory: 0,
+                correlation: corr,
+            });
+            j.convert(&k, &clock).unwrap();
+            let api = Activity::Api(ApiRecord {
+                domain: ApiDomain::Driver,
+                cbid: 307,
+                start: 4_500,
+                end: 4_900,
+                process: 1,
+                thread: 1,
+                correlation: corr,
+                return_value: 0,
+            });
+            assert_eq!(j.convert(&api, &clock), Err(Skip::Api));
+        }
+        assert!(j.is_empty(), "{} calls held", j.len());
+        assert_eq!(j.consumed_len(), 10_000);
+        for corr in 10_001..=(10_001 + CONSUMED_WINDOW as u32) {
+            j.consume(corr);
+        }
+        assert_eq!(
+            j.consumed_len(),
+            CONSUMED_WINDOW,
+            "the memory of used ids is bounded"
+        );
     }
 
     #[test]

@@ -325,9 +325,10 @@ pub enum ProbeError {
 }
 
 /// Loads the libcupti at `path` and returns its `cuptiGetVersion` (a `CUPTI_API_VERSION`
-/// value). Needs no GPU, but CUPTI 13 looks for the driver library (`libcuda.so.1`) during this
-/// call and fails without it ([`ProbeError::Call`] with code 999); [`elf_soname`] gives the
-/// major version without loading anything.
+/// value). Needs no GPU; without a driver library (`libcuda.so.1`) CUPTI 13.5 fails this call
+/// ([`ProbeError::Call`] with code 999) while CUPTI 13.0 answers it (and fails later, at
+/// `cuptiSubscribe`): a version read here does not mean a driver is there. [`elf_soname`]
+/// gives the major version without loading anything.
 pub fn probe_version(path: &Path) -> Result<u32, ProbeError> {
     // SAFETY: loading libcupti runs its initialisers, which touch no driver state.
     let lib = unsafe { libloading::Library::new(path) }.map_err(|source| ProbeError::Load {

@@ -111,6 +111,13 @@ fn child(scenario: &str) {
         // SAFETY: plain C function.
         unsafe { fake.get::<unsafe extern "C" fn()>(b"fake_hold\0").unwrap()() };
     }
+    if scenario == "no-driver-13.0" {
+        // SAFETY: plain C function.
+        unsafe {
+            fake.get::<unsafe extern "C" fn()>(b"fake_as_13_0_without_driver\0")
+                .unwrap()()
+        };
+    }
     if scenario == "half-start" {
         // The synchronization kind cannot be enabled: the start fails after others were.
         // SAFETY: plain C function.
@@ -131,7 +138,26 @@ fn child(scenario: &str) {
             .unwrap()()
     };
     println!("initialize returned {rc}");
-    if scenario == "clash" {
+    if scenario == "clash" || scenario == "no-driver-13.0" {
+        return;
+    }
+    if scenario == "slow-flush" {
+        // SAFETY: plain C functions of the stand-in.
+        unsafe {
+            fake.get::<unsafe extern "C" fn(i32)>(b"fake_slow_flush\0")
+                .unwrap()(300);
+            let in_flush = fake
+                .get::<unsafe extern "C" fn() -> i32>(b"fake_in_flush\0")
+                .unwrap();
+            // Exit while the flusher thread is inside a (periodic) flush.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while in_flush() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            println!("exiting inside a flush {}", in_flush());
+        }
+        std::mem::forget(lib);
+        std::mem::forget(fake);
         return;
     }
     if scenario == "half-start" {
@@ -148,6 +174,29 @@ fn child(scenario: &str) {
         return;
     }
     // SAFETY: the stand-in's functions, with these C signatures.
+    // SAFETY: plain C function of the stand-in.
+    let api_records = unsafe {
+        *fake
+            .get::<unsafe extern "C" fn(i32, u32) -> i32>(b"fake_api_records_enabled\0")
+            .unwrap()
+    };
+    // Driver 1..3 and runtime 1..2 are watched; driver 4 (cuCtxGetCurrent) and 5
+    // (cuProfilerStop) issue no GPU work.
+    for (domain, cbid) in [
+        (DRIVER, 1),
+        (DRIVER, 2),
+        (DRIVER, 3),
+        (DRIVER, 4),
+        (DRIVER, 5),
+    ]
+    .into_iter()
+    .chain([(RUNTIME, 1), (RUNTIME, 2)])
+    {
+        // SAFETY: as above.
+        println!("api records {domain}/{cbid} enabled {}", unsafe {
+            api_records(domain, cbid)
+        });
+    }
     let (api, deliver, kind_enabled, flushes) = unsafe {
         (
             *fake.get::<FakeApi>(b"fake_api\0").unwrap(),
@@ -309,12 +358,31 @@ fn a_step_played_through_a_stand_in_cupti_lands_in_the_trace() {
         "SYNCHRONIZATION",
         "MEMSET",
         "MEMORY2",
-        "DRIVER",
-        "RUNTIME",
     ] {
         assert!(
             stdout.contains(&format!("kind {kind} enabled 1")),
             "{kind}: {stdout}"
+        );
+    }
+    // API records only for the watched functions, not the whole API kinds.
+    for kind in ["DRIVER", "RUNTIME"] {
+        assert!(
+            stdout.contains(&format!("kind {kind} enabled 0")),
+            "{kind}: {stdout}"
+        );
+    }
+    for (id, on) in [
+        ("1/1", 1),
+        ("1/2", 1),
+        ("1/3", 1),
+        ("1/4", 0),
+        ("1/5", 0),
+        ("2/1", 1),
+        ("2/2", 1),
+    ] {
+        assert!(
+            stdout.contains(&format!("api records {id} enabled {on}")),
+            "{id}: {stdout}"
         );
     }
     assert!(stdout.contains("unwatched callback enabled 0"), "{stdout}");
@@ -476,4 +544,46 @@ fn a_start_that_fails_half_way_leaves_cupti_as_it_found_it() {
         stdout.contains("after a failed start: kinds enabled 0, subscribed 0"),
         "{stdout}"
     );
+}
+
+#[test]
+fn the_exit_handler_waits_for_the_flusher_before_its_own_flush() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    let (stdout, stderr, t) = run_child(
+        "slow-flush",
+        "the_exit_handler_waits_for_the_flusher_before_its_own_flush",
+    );
+    assert!(stdout.contains("exiting inside a flush 1"), "{stdout}");
+    // The exit handler's forced flush ran, and never while the flusher's was running.
+    assert!(
+        stderr.contains("fake-cupti: 0 overlapping flushes, 1 forced"),
+        "{stderr}"
+    );
+    let files = perfkit_profiler::trace_files(t.path().join("trace")).unwrap();
+    let (_, _, complete) = gpu_events(&files[0]);
+    assert!(complete, "the exit handler finished the trace");
+}
+
+#[test]
+fn a_cupti_that_answers_its_version_without_a_driver_is_refused_for_the_missing_driver() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    // SAFETY: only tries to dlopen libcuda.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        // With a driver, a failed subscribe is reported as such (the clash test).
+        return;
+    }
+    let (stdout, stderr, t) = run_child(
+        "no-driver-13.0",
+        "a_cupti_that_answers_its_version_without_a_driver_is_refused_for_the_missing_driver",
+    );
+    assert!(stdout.contains("initialize returned 1"), "{stdout}");
+    assert!(
+        stderr.contains("not recording: libcupti cannot initialise without a CUDA driver"),
+        "{stderr}"
+    );
+    assert!(!t.path().join("trace").exists());
 }

@@ -54,7 +54,8 @@ fn probing_reads_the_version_or_explains_the_missing_driver() {
     let lib = cupti();
     match locate::probe_version(&lib) {
         Ok(v) => {
-            assert!(driver_present());
+            // CUPTI 13.0 answers without a driver too (13.5 does not): the version is read
+            // either way, and the injection library refuses on its own check of the driver.
             version::check(v).unwrap();
             assert_eq!(version::major(v), Some(13));
         }

@@ -711,6 +711,47 @@ impl ProfiledStream {
         Ok(())
     }
 
+    /// Waits on the host for `event` (`cuEventSynchronize`), recorded as a synchronization
+    /// with no stream (as CUPTI reports an event synchronization): the host stall of, say, a
+    /// pinned staging buffer waiting for its last upload. When the stream is idle afterwards
+    /// and the clock reference is stale, it is renewed here as after [`Self::synchronize`].
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`].
+    #[track_caller]
+    pub fn wait_event(&self, event: &CudaEvent) -> Result<(), CudaError> {
+        let Some(rec) = crate::recorder() else {
+            return event.synchronize().map_err(driver("cuEventSynchronize"));
+        };
+        let mut meta = self.meta(&rec, GpuOpKind::Synchronize, 0, None, Location::caller());
+        meta.stream = None;
+        meta.host_start = rec.now();
+        let result = event.synchronize().map_err(driver("cuEventSynchronize"));
+        meta.host_end = rec.now();
+        self.emit(&rec, &meta, None);
+        result?;
+        let mut st = self.lock();
+        self.drain(&rec, &mut st)?;
+        self.reanchor_if_idle(&rec, &mut st, meta.host_end)
+    }
+
+    /// Renews the clock reference when it is stale (or was never taken) and the stream has
+    /// nothing in flight, so that long runs that rarely synchronize do not drift.
+    fn reanchor_if_idle(
+        &self,
+        rec: &Recorder,
+        st: &mut State,
+        now: Nanos,
+    ) -> Result<(), CudaError> {
+        let stale = st
+            .anchored_at
+            .is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS);
+        if stale && st.timeline.pending() == 0 {
+            self.anchor(rec, st, ANCHOR_WAIT_NS)?;
+        }
+        Ok(())
+    }
+
     /// Resolves the operations that have finished so far, without waiting.
     ///
     /// # Errors

@@ -7,7 +7,10 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef int CUptiResult;
 typedef void (*CallbackFunc)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
@@ -25,6 +28,7 @@ static BufferCompleted g_completed;
 static uint64_t g_now = 1000000000ull;
 static int g_enabled[3][16];
 static int g_kinds[64];
+static int g_api_records[3][16];
 static int g_forced_flushes;
 static size_t g_dropped;
 static size_t g_offsets[64];
@@ -43,7 +47,12 @@ CUptiResult cuptiGetResultString(CUptiResult result, const char **str) {
     return SUCCESS;
 }
 
+static int g_as_13_0_without_driver;
+/* Behaves as CUPTI 13.0.85 with no driver: cuptiGetVersion answers, cuptiSubscribe fails. */
+void fake_as_13_0_without_driver(void) { g_as_13_0_without_driver = 1; }
+
 CUptiResult cuptiSubscribe(void **subscriber, CallbackFunc callback, void *userdata) {
+    if (g_as_13_0_without_driver) return 999; /* CUPTI_ERROR_UNKNOWN */
     if (g_subscribed) return MULTIPLE_SUBSCRIBERS;
     g_subscribed = 1;
     g_callback = callback;
@@ -91,7 +100,26 @@ CUptiResult cuptiActivityEnable(int kind) {
 CUptiResult cuptiActivityDisable(int kind) {
     if (kind < 0 || kind >= 64) return INVALID_PARAMETER;
     g_kinds[kind] = 0;
+    /* Disabling the API kinds also ends their per-function records. */
+    if (kind == 4 || kind == 5) memset(g_api_records[kind == 4 ? 1 : 2], 0, sizeof g_api_records[0]);
     return SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
+    if (cbid >= 16) return INVALID_PARAMETER;
+    g_api_records[1][cbid] = enable;
+    return SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) {
+    if (cbid >= 16) return INVALID_PARAMETER;
+    g_api_records[2][cbid] = enable;
+    return SUCCESS;
+}
+
+/* Whether API activity records of one function were enabled on their own. */
+int fake_api_records_enabled(int domain, uint32_t cbid) {
+    return domain >= 1 && domain <= 2 && cbid < 16 ? g_api_records[domain][cbid] : 0;
 }
 
 /* Whether any activity kind is enabled, and whether a callback subscriber is registered. */
@@ -102,9 +130,36 @@ int fake_any_kind_enabled(void) {
 }
 int fake_subscribed(void) { return g_subscribed; }
 
+static int g_flush_ms;
+static int g_in_flush;
+static int g_overlapping_flushes;
+
+/* Makes every flush take `ms` milliseconds, as a flush that processes many buffers does. */
+void fake_slow_flush(int ms) { g_flush_ms = ms; }
+/* Whether a flush is running now. */
+int fake_in_flush(void) { return __atomic_load_n(&g_in_flush, __ATOMIC_SEQ_CST); }
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    if (__atomic_add_fetch(&g_in_flush, 1, __ATOMIC_SEQ_CST) > 1)
+        __atomic_add_fetch(&g_overlapping_flushes, 1, __ATOMIC_SEQ_CST);
     if (flag != 0) __atomic_add_fetch(&g_forced_flushes, 1, __ATOMIC_SEQ_CST);
+    if (g_flush_ms > 0) {
+        struct timespec t = {g_flush_ms / 1000, (long)(g_flush_ms % 1000) * 1000000L};
+        nanosleep(&t, 0);
+    }
+    __atomic_sub_fetch(&g_in_flush, 1, __ATOMIC_SEQ_CST);
     return SUCCESS;
+}
+
+/* After the program's exit handlers (the library's included): how flushes overlapped. */
+__attribute__((destructor)) static void fake_report(void) {
+    if (g_flush_ms > 0) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "fake-cupti: %d overlapping flushes, %d forced\n",
+                         __atomic_load_n(&g_overlapping_flushes, __ATOMIC_SEQ_CST),
+                         __atomic_load_n(&g_forced_flushes, __ATOMIC_SEQ_CST));
+        if (n > 0) (void)!write(2, line, (size_t)n);
+    }
 }
 
 CUptiResult cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, size_t *dropped) {
