@@ -448,3 +448,58 @@ fn a_span_entered_three_times_is_three_calls_everywhere() {
     assert!(analysed["mean_ns"].as_u64() <= analysed["max_ns"].as_u64());
     assert!(stdout.contains("linear"), "{stdout}");
 }
+
+// 5. Per-step figures of a multi-process run are per process, the spread across ranks apart.
+
+#[test]
+fn diff_per_step_figures_are_per_rank_with_the_spread_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = good_run(tmp.path());
+    let wl = synth::Workload::tuned();
+    let ranks = tmp.path().join("ranks");
+    for rank in 0..2 {
+        let pid = 20 + rank;
+        let slow = synth::Workload {
+            data_ns: wl.data_ns * (1 + u64::from(rank)),
+            ..synth::Workload::tuned()
+        };
+        write(
+            &ranks.join(format!("trace/train-{pid}.pktrace")),
+            synth::trace_bytes("train", pid, Some(rank), START, &slow),
+        );
+    }
+    let (code, stdout, stderr) = run(perfkit()
+        .args(["diff", "--format", "json"])
+        .arg(&one)
+        .arg(&ranks));
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let span = |name: &str| {
+        report["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no span {name}: {report:#}"))
+    };
+    // Every rank runs the same forward pass as the one-process run: the same per-step time.
+    let forward = span("forward");
+    assert_eq!(forward["unit"], "ns/step");
+    assert_eq!(forward["base"], forward["new"], "{forward}");
+    assert!(forward.get("base_ranks").is_none(), "{forward}");
+    assert_eq!(forward["new_ranks"]["processes"], 2, "{forward}");
+    // A span no longer than the step it runs in, and the slower rank shown apart.
+    let median = report["steps"]["new_median_ns"].as_f64().unwrap();
+    let data = span("data");
+    assert!(data["new"].as_f64().unwrap() < median, "{data} vs {median}");
+    let (min, max) = (
+        data["new_ranks"]["min"].as_f64().unwrap(),
+        data["new_ranks"]["max"].as_f64().unwrap(),
+    );
+    assert!(min < data["new"].as_f64().unwrap(), "{data}");
+    assert!(max > 1.5 * min, "{data}");
+    let (code, stdout, stderr) = run(perfkit().arg("diff").arg(&one).arg(&ranks));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("across ranks"), "{stdout}");
+}
