@@ -503,3 +503,25 @@ fn diff_per_step_figures_are_per_rank_with_the_spread_apart() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("across ranks"), "{stdout}");
 }
+
+// 10. A note names a file as the primary location does.
+
+#[test]
+fn a_note_shows_its_path_as_the_primary_location_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    for format in ["text", "sarif"] {
+        let (code, stdout, stderr) = run(perfkit().current_dir(tmp.path()).args([
+            "lint",
+            "./src/../src",
+            "--format",
+            format,
+        ]));
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(
+            stdout.contains("step loop at src/train.rs:"),
+            "{format}: {stdout}"
+        );
+        assert!(!stdout.contains("./src"), "{format}: {stdout}");
+    }
+}
