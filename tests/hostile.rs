@@ -525,3 +525,25 @@ fn a_note_shows_its_path_as_the_primary_location_does() {
         assert!(!stdout.contains("./src"), "{format}: {stdout}");
     }
 }
+
+// 10. The list of files names only what was written.
+
+#[test]
+fn the_files_list_says_when_the_summary_was_not_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    // The program leaves a directory where summary.json goes: it cannot be written.
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && mkdir \"$PERFKIT_TRACE/../summary.json\"",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{stderr}");
+    let files = &stderr[stderr.rfind("\nfiles").expect("a list of files")..];
+    assert!(files.contains("summary    not written"), "{files}");
+    assert!(!files.contains("summary.json\n"), "{files}");
+}
