@@ -547,3 +547,38 @@ fn the_files_list_says_when_the_summary_was_not_written() {
     assert!(files.contains("summary    not written"), "{files}");
     assert!(!files.contains("summary.json\n"), "{files}");
 }
+
+// 10. `lint --fix` never rewrites a read-only file.
+
+const FIXABLE: &str = r#"use candle_core::{Device, Tensor};
+
+fn main() -> candle_core::Result<()> {
+    let dev = Device::new_cuda(0)?;
+    let t = Tensor::zeros(2, candle_core::DType::F32, &Device::Cpu)?.to_device(&dev)?;
+    println!("{t}");
+    Ok(())
+}
+"#;
+
+#[test]
+fn fix_refuses_a_read_only_file_and_names_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(&tmp.path().join("src/main.rs"), FIXABLE);
+    let writable = write(&tmp.path().join("src/bin/other.rs"), FIXABLE);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--fix"]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("main.rs"), "{stderr}");
+    assert!(stderr.contains("read-only"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), FIXABLE);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o444);
+    assert_ne!(
+        std::fs::read_to_string(&writable).unwrap(),
+        FIXABLE,
+        "the writable file is fixed"
+    );
+}
