@@ -582,3 +582,31 @@ fn fix_refuses_a_read_only_file_and_names_it() {
         "the writable file is fixed"
     );
 }
+
+// 10. `lint -j N` starts no more workers than it has files.
+
+#[test]
+fn lint_with_65535_jobs_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let mut child = perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "-j", "65535", "--format", "json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // A deadline against hanging forever, far above what one file takes.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("perfkit lint -j 65535 did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1), "one finding");
+}
