@@ -448,3 +448,165 @@ fn a_span_entered_three_times_is_three_calls_everywhere() {
     assert!(analysed["mean_ns"].as_u64() <= analysed["max_ns"].as_u64());
     assert!(stdout.contains("linear"), "{stdout}");
 }
+
+// 5. Per-step figures of a multi-process run are per process, the spread across ranks apart.
+
+#[test]
+fn diff_per_step_figures_are_per_rank_with_the_spread_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = good_run(tmp.path());
+    let wl = synth::Workload::tuned();
+    let ranks = tmp.path().join("ranks");
+    for rank in 0..2 {
+        let pid = 20 + rank;
+        let slow = synth::Workload {
+            data_ns: wl.data_ns * (1 + u64::from(rank)),
+            ..synth::Workload::tuned()
+        };
+        write(
+            &ranks.join(format!("trace/train-{pid}.pktrace")),
+            synth::trace_bytes("train", pid, Some(rank), START, &slow),
+        );
+    }
+    let (code, stdout, stderr) = run(perfkit()
+        .args(["diff", "--format", "json"])
+        .arg(&one)
+        .arg(&ranks));
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let span = |name: &str| {
+        report["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no span {name}: {report:#}"))
+    };
+    // Every rank runs the same forward pass as the one-process run: the same per-step time.
+    let forward = span("forward");
+    assert_eq!(forward["unit"], "ns/step");
+    assert_eq!(forward["base"], forward["new"], "{forward}");
+    assert!(forward.get("base_ranks").is_none(), "{forward}");
+    assert_eq!(forward["new_ranks"]["processes"], 2, "{forward}");
+    // A span no longer than the step it runs in, and the slower rank shown apart.
+    let median = report["steps"]["new_median_ns"].as_f64().unwrap();
+    let data = span("data");
+    assert!(data["new"].as_f64().unwrap() < median, "{data} vs {median}");
+    let (min, max) = (
+        data["new_ranks"]["min"].as_f64().unwrap(),
+        data["new_ranks"]["max"].as_f64().unwrap(),
+    );
+    assert!(min < data["new"].as_f64().unwrap(), "{data}");
+    assert!(max > 1.5 * min, "{data}");
+    let (code, stdout, stderr) = run(perfkit().arg("diff").arg(&one).arg(&ranks));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("across ranks"), "{stdout}");
+}
+
+// 10. A note names a file as the primary location does.
+
+#[test]
+fn a_note_shows_its_path_as_the_primary_location_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    for format in ["text", "sarif"] {
+        let (code, stdout, stderr) = run(perfkit().current_dir(tmp.path()).args([
+            "lint",
+            "./src/../src",
+            "--format",
+            format,
+        ]));
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(
+            stdout.contains("step loop at src/train.rs:"),
+            "{format}: {stdout}"
+        );
+        assert!(!stdout.contains("./src"), "{format}: {stdout}");
+    }
+}
+
+// 10. The list of files names only what was written.
+
+#[test]
+fn the_files_list_says_when_the_summary_was_not_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(&tmp.path().join("good.pktrace"), good_trace());
+    let out = tmp.path().join("run");
+    // The program leaves a directory where summary.json goes: it cannot be written.
+    let script = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && mkdir \"$PERFKIT_TRACE/../summary.json\"",
+        good.display()
+    );
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{stderr}");
+    let files = &stderr[stderr.rfind("\nfiles").expect("a list of files")..];
+    assert!(files.contains("summary    not written"), "{files}");
+    assert!(!files.contains("summary.json\n"), "{files}");
+}
+
+// 10. `lint --fix` never rewrites a read-only file.
+
+const FIXABLE: &str = r#"use candle_core::{Device, Tensor};
+
+fn main() -> candle_core::Result<()> {
+    let dev = Device::new_cuda(0)?;
+    let t = Tensor::zeros(2, candle_core::DType::F32, &Device::Cpu)?.to_device(&dev)?;
+    println!("{t}");
+    Ok(())
+}
+"#;
+
+#[test]
+fn fix_refuses_a_read_only_file_and_names_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(&tmp.path().join("src/main.rs"), FIXABLE);
+    let writable = write(&tmp.path().join("src/bin/other.rs"), FIXABLE);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--fix"]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("main.rs"), "{stderr}");
+    assert!(stderr.contains("read-only"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), FIXABLE);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o444);
+    assert_ne!(
+        std::fs::read_to_string(&writable).unwrap(),
+        FIXABLE,
+        "the writable file is fixed"
+    );
+}
+
+// 10. `lint -j N` starts no more workers than it has files.
+
+#[test]
+fn lint_with_65535_jobs_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let mut child = perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "-j", "65535", "--format", "json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // A deadline against hanging forever, far above what one file takes.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("perfkit lint -j 65535 did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1), "one finding");
+}

@@ -26,6 +26,9 @@ use crate::{LintError, LintOptions, LintReport};
 pub(crate) const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// Deepest bracket nesting parsed; deeper files are reported as errors.
 pub(crate) const MAX_BRACKET_DEPTH: usize = 1024;
+/// Most worker threads a run starts, whatever `--jobs` asks for: more only cost memory and
+/// start-up time (each worker reserves [`WORKER_STACK_BYTES`] of stack).
+pub const MAX_JOBS: usize = 256;
 /// Stack size of the worker threads (parsing deep expressions recurses).
 const WORKER_STACK_BYTES: usize = 512 * 1024 * 1024;
 
@@ -115,10 +118,10 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     let total: usize = jobs.iter().map(|j| j.files.len()).sum();
     let done = AtomicUsize::new(0);
 
-    let mut builder = rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES);
-    if let Some(jobs) = options.jobs {
-        builder = builder.num_threads(jobs);
-    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let builder = rayon::ThreadPoolBuilder::new()
+        .stack_size(WORKER_STACK_BYTES)
+        .num_threads(pool_size(options.jobs, total, cores));
     let pool = builder
         .build()
         .map_err(|e| LintError::Threads(format!("cannot start worker threads: {e}")))?;
@@ -169,6 +172,26 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         diagnostics,
         errors,
     })
+}
+
+/// Worker threads for a run of `files` files: `--jobs` (else one per core), never more than
+/// there are files to parse nor more than [`MAX_JOBS`], and at least one.
+fn pool_size(jobs: Option<usize>, files: usize, cores: usize) -> usize {
+    jobs.unwrap_or(cores).min(files).clamp(1, MAX_JOBS)
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_is_capped_at_the_files_and_the_maximum() {
+        assert_eq!(pool_size(Some(65535), 3, 8), 3);
+        assert_eq!(pool_size(Some(65535), 100_000, 8), MAX_JOBS);
+        assert_eq!(pool_size(None, 100_000, 8), 8);
+        assert_eq!(pool_size(Some(4), 0, 8), 1);
+        assert_eq!(pool_size(Some(2), 10, 8), 2);
+    }
 }
 
 /// Lints one crate; an internal panic becomes an error entry for the crate's files instead of

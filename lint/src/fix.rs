@@ -34,6 +34,12 @@ pub enum FixError {
         /// The byte offset that does not fit.
         offset: usize,
     },
+    /// The file is read-only: perfkit does not write a file its owner protected.
+    #[error("{path}: the file is read-only; left unchanged (make it writable to apply the fixes)")]
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
     /// The fixed text would not parse; the file was left as it was.
     #[error("{path}: the fixed file would not parse ({message}); left unchanged")]
     WouldNotParse {
@@ -50,6 +56,7 @@ impl FixError {
         match self {
             FixError::Io { path, .. }
             | FixError::Stale { path, .. }
+            | FixError::ReadOnly { path }
             | FixError::WouldNotParse { path, .. } => path,
         }
     }
@@ -120,6 +127,15 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
     })?;
     if fixed.applied == 0 || fixed.text == original {
         return Ok(None);
+    }
+    if std::fs::metadata(path)
+        .map_err(io_error)?
+        .permissions()
+        .readonly()
+    {
+        return Err(FixError::ReadOnly {
+            path: path.to_path_buf(),
+        });
     }
     if let Err(error) = syn::parse_file(&fixed.text) {
         let start = error.span().start();

@@ -84,6 +84,11 @@ pub struct DiffReport {
     pub operations: Vec<Delta>,
     /// Per span name: host self time (time in the span minus its child spans, so a change
     /// shows in the span where it happens), per step when both runs have steps.
+    ///
+    /// A per-step figure (`ns/step`) is per process: the run's total divided by the steps of
+    /// all its processes (each rank's step counts once), so a span of a two-rank run is not
+    /// shown twice as long as the step. How the processes that step differ is given apart, in
+    /// each row's `base_ranks` / `new_ranks`.
     pub spans: Vec<Delta>,
     /// Per kernel (GPU time).
     pub kernels: Vec<Delta>,
@@ -151,6 +156,24 @@ pub struct Delta {
     /// `new / base - 1` (absent when the base is 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change: Option<f64>,
+    /// The spread of a per-step figure across the base run's processes that step (present
+    /// when two or more do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ranks: Option<Spread>,
+    /// The same for the new run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_ranks: Option<Spread>,
+}
+
+/// How a per-step figure differs across the processes (ranks) of one run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Spread {
+    /// Processes that step.
+    pub processes: u32,
+    /// The lowest per-step value of one process.
+    pub min: f64,
+    /// The highest per-step value of one process.
+    pub max: f64,
 }
 
 impl Delta {
@@ -162,7 +185,24 @@ impl Delta {
             new: round3(new),
             delta: round3(new - base),
             change: (base != 0.0).then(|| round3(new / base - 1.0)),
+            base_ranks: None,
+            new_ranks: None,
         }
+    }
+
+    fn with_spread(mut self, base: Option<Spread>, new: Option<Spread>) -> Self {
+        self.base_ranks = base;
+        self.new_ranks = new;
+        self
+    }
+
+    /// `min..max` across the ranks of the base and new runs (`-` for a run with one).
+    fn show_ranks(&self) -> String {
+        let one = |s: &Option<Spread>| match s {
+            Some(s) => format!("{}..{}", self.show(s.min), self.show(s.max)),
+            None => "-".to_owned(),
+        };
+        format!("{} | {}", one(&self.base_ranks), one(&self.new_ranks))
     }
 
     fn show(&self, v: f64) -> String {
@@ -241,23 +281,49 @@ impl RunInput {
     }
 }
 
-fn steps_of(processes: &[ProcessAnalysis]) -> u64 {
-    pace_process(processes).map_or(0, |p| p.steps.duration.count)
+/// Each process's steps (0 for one that does not step).
+fn steps_of(processes: &[ProcessAnalysis]) -> Vec<u64> {
+    processes.iter().map(|p| p.steps.duration.count).collect()
+}
+
+/// One run's figure from its per-process values (`(steps, value)` per process): per step, the
+/// total over the steps of every process that steps, with the spread across those processes;
+/// else the plain total.
+fn figure(values: &[(u64, u64)], per_step: bool) -> (f64, Option<Spread>) {
+    let total: u64 = values.iter().map(|&(_, v)| v).sum();
+    let steps: u64 = values.iter().map(|&(s, _)| s).sum();
+    if !per_step || steps == 0 {
+        return (total as f64, None);
+    }
+    let each: Vec<f64> = values
+        .iter()
+        .filter(|&&(s, _)| s > 0)
+        .map(|&(s, v)| v as f64 / s as f64)
+        .collect();
+    let spread = (each.len() > 1).then(|| Spread {
+        processes: each.len() as u32,
+        min: round3(each.iter().copied().fold(f64::INFINITY, f64::min)),
+        max: round3(each.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+    });
+    (total as f64 / steps as f64, spread)
 }
 
 /// Compares two runs.
 pub fn diff(base: &Run, new: &Run) -> DiffReport {
-    let bs = steps_of(&base.processes);
-    let ns = steps_of(&new.processes);
-    let per_step = bs > 0 && ns > 0;
-    let norm = |v: u64, steps: u64| {
-        if per_step {
-            v as f64 / steps as f64
-        } else {
-            v as f64
-        }
-    };
+    let base_steps = steps_of(&base.processes);
+    let new_steps = steps_of(&new.processes);
+    let per_step = base_steps.iter().any(|&s| s > 0) && new_steps.iter().any(|&s| s > 0);
     let unit = if per_step { "ns/step" } else { "ns" };
+    // A delta of one measure, from each run's per-process values.
+    let measure = |name: String, u: &str, b: Vec<u64>, n: Vec<u64>, normalise: bool| {
+        let side = |steps: &[u64], values: Vec<u64>| {
+            let pairs: Vec<(u64, u64)> = steps.iter().copied().zip(values).collect();
+            figure(&pairs, normalise && per_step)
+        };
+        let (bv, bspread) = side(&base_steps, b);
+        let (nv, nspread) = side(&new_steps, n);
+        Delta::new(name, u, bv, nv).with_spread(bspread, nspread)
+    };
 
     let steps = match (pace_process(&base.processes), pace_process(&new.processes)) {
         (Some(b), Some(n)) if per_step => {
@@ -292,32 +358,31 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
         _ => None,
     };
 
-    // Keyed totals of both runs.
-    fn collect<F>(ps: &[ProcessAnalysis], f: F) -> BTreeMap<String, u64>
+    // Keyed values of both runs, one map per process.
+    fn collect<F>(ps: &[ProcessAnalysis], f: F) -> Vec<BTreeMap<String, u64>>
     where
         F: Fn(&ProcessAnalysis, &mut BTreeMap<String, u64>),
     {
-        let mut m = BTreeMap::new();
-        for p in ps {
-            f(p, &mut m);
-        }
-        m
+        ps.iter()
+            .map(|p| {
+                let mut m = BTreeMap::new();
+                f(p, &mut m);
+                m
+            })
+            .collect()
     }
-    let pair = |b: BTreeMap<String, u64>, n: BTreeMap<String, u64>, unit: &str, normalise: bool| {
-        let mut keys: Vec<&String> = b.keys().chain(n.keys()).collect();
+    let pair = |b: Vec<BTreeMap<String, u64>>, n: Vec<BTreeMap<String, u64>>| {
+        let mut keys: Vec<&String> = b.iter().chain(&n).flat_map(|m| m.keys()).collect();
         keys.sort();
         keys.dedup();
+        let values = |side: &[BTreeMap<String, u64>], k: &String| -> Vec<u64> {
+            side.iter()
+                .map(|m| m.get(k).copied().unwrap_or(0))
+                .collect()
+        };
         let mut out: Vec<Delta> = keys
             .into_iter()
-            .map(|k| {
-                let bv = b.get(k).copied().unwrap_or(0);
-                let nv = n.get(k).copied().unwrap_or(0);
-                if normalise {
-                    Delta::new(k.clone(), unit, norm(bv, bs), norm(nv, ns))
-                } else {
-                    Delta::new(k.clone(), unit, bv as f64, nv as f64)
-                }
-            })
+            .map(|k| measure(k.clone(), unit, values(&b, k), values(&n, k), true))
             .collect();
         out.sort_by(|a, b| {
             b.delta
@@ -354,8 +419,8 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
         }
     };
 
-    let sum =
-        |ps: &[ProcessAnalysis], f: &dyn Fn(&ProcessAnalysis) -> u64| ps.iter().map(f).sum::<u64>();
+    let each =
+        |ps: &[ProcessAnalysis], f: &dyn Fn(&ProcessAnalysis) -> u64| ps.iter().map(f).collect();
     let mut operations = Vec::new();
     type Measure<'a> = (&'a str, &'a dyn Fn(&ProcessAnalysis) -> u64, &'a str, bool);
     let ops: [Measure<'_>; 8] = [
@@ -379,15 +444,11 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
         ),
     ];
     for (name, f, u, normalise) in ops {
-        let (b, n) = (sum(&base.processes, f), sum(&new.processes, f));
-        if b == 0 && n == 0 {
+        let (b, n): (Vec<u64>, Vec<u64>) = (each(&base.processes, f), each(&new.processes, f));
+        if b.iter().chain(&n).all(|&v| v == 0) {
             continue;
         }
-        operations.push(if normalise {
-            Delta::new(name.to_owned(), u, norm(b, bs), norm(n, ns))
-        } else {
-            Delta::new(name.to_owned(), u, b as f64, n as f64)
-        });
+        operations.push(measure(name.to_owned(), u, b, n, normalise));
     }
     let idle_share = |p: Option<&ProcessAnalysis>| {
         p.map_or(0.0, |p| {
@@ -421,26 +482,18 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
         spans: pair(
             collect(&base.processes, span_totals),
             collect(&new.processes, span_totals),
-            unit,
-            true,
         ),
         kernels: pair(
             collect(&base.processes, kernel_totals),
             collect(&new.processes, kernel_totals),
-            unit,
-            true,
         ),
         copies: pair(
             collect(&base.processes, copy_totals),
             collect(&new.processes, copy_totals),
-            unit,
-            true,
         ),
         syncs: pair(
             collect(&base.processes, sync_totals),
             collect(&new.processes, sync_totals),
-            unit,
-            true,
         ),
     }
 }
@@ -504,10 +557,23 @@ impl DiffReport {
                 .unwrap_or(4)
                 .clamp(4, 48);
             let _ = writeln!(out, "\n{title}:");
-            let _ = writeln!(
+            // Per-step figures are per process; how the ranks differ is shown apart.
+            let ranks = rows
+                .iter()
+                .any(|d| d.base_ranks.is_some() || d.new_ranks.is_some());
+            let _ = write!(
                 out,
                 "  {:<width$}  {:>14}  {:>14}  {:>14}  {:>9}",
                 "name", "base", "new", "delta", "change"
+            );
+            let _ = writeln!(
+                out,
+                "{}",
+                if ranks {
+                    "  across ranks (base | new)"
+                } else {
+                    ""
+                }
             );
             for d in rows {
                 let name: String = d
@@ -516,7 +582,7 @@ impl DiffReport {
                     .map(|c| if c.is_control() { '?' } else { c })
                     .take(48)
                     .collect();
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "  {:<width$}  {:>14}  {:>14}  {:>14}  {:>9}",
                     name,
@@ -525,6 +591,10 @@ impl DiffReport {
                     d.show_delta(),
                     d.change.map_or("from 0".to_owned(), format::signed_percent)
                 );
+                if ranks {
+                    let _ = write!(out, "  {}", d.show_ranks());
+                }
+                out.push('\n');
             }
         }
         out
@@ -565,9 +635,17 @@ impl DiffReport {
             if rows.is_empty() {
                 continue;
             }
+            let ranks = rows
+                .iter()
+                .any(|d| d.base_ranks.is_some() || d.new_ranks.is_some());
             let _ = writeln!(
                 h,
-                "<h2>{title}</h2><table><tr><th>name</th><th>base</th><th>new</th><th>delta</th><th>change</th></tr>"
+                "<h2>{title}</h2><table><tr><th>name</th><th>base</th><th>new</th><th>delta</th><th>change</th>{}</tr>",
+                if ranks {
+                    "<th>across ranks (base | new)</th>"
+                } else {
+                    ""
+                }
             );
             for d in rows.iter().take(100) {
                 let cls = if d.delta > 0.0 {
@@ -579,12 +657,17 @@ impl DiffReport {
                 };
                 let _ = writeln!(
                     h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{cls}\">{}</td><td class=\"{cls}\">{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{cls}\">{}</td><td class=\"{cls}\">{}</td>{}</tr>",
                     escape_text(&d.name),
                     escape_text(&d.show(d.base)),
                     escape_text(&d.show(d.new)),
                     escape_text(&d.show_delta()),
-                    d.change.map_or("from 0".to_owned(), format::signed_percent)
+                    d.change.map_or("from 0".to_owned(), format::signed_percent),
+                    if ranks {
+                        format!("<td>{}</td>", escape_text(&d.show_ranks()))
+                    } else {
+                        String::new()
+                    }
                 );
             }
             h.push_str("</table>\n");

@@ -5,8 +5,11 @@ use std::collections::HashMap;
 use crate::event::{Event, OpKind};
 use crate::model::{StepPoint, Timeline, TimelineItem, TimelineTrack, TimelineWindow};
 
-/// Picks up to three representative steps from the exact per-step list: the median, the
+/// Picks up to four representative steps from the exact per-step list: the median, the
 /// slowest and the first after the first one (warm-up excluded when there are enough steps).
+/// When the excluded first step is slower than every other, it is shown too and the labels say
+/// so (`first step (warm-up), the slowest`, `slowest step after the first`): the timeline never
+/// calls a step the slowest when it is not.
 pub fn choose_windows(steps: &[StepPoint]) -> Vec<TimelineWindow> {
     if steps.is_empty() {
         return Vec::new();
@@ -21,7 +24,13 @@ pub fn choose_windows(steps: &[StepPoint]) -> Vec<TimelineWindow> {
     by_wall.sort_by_key(|&i| (steps[i].breakdown.wall_ns, i));
     picks.push(("median step", by_wall[by_wall.len() / 2]));
     if let Some(&slowest) = by_wall.last() {
-        picks.push(("slowest step", slowest));
+        let wall = |i: usize| steps[i].breakdown.wall_ns;
+        if candidates[0] > 0 && wall(0) > wall(slowest) {
+            picks.push(("first step (warm-up), the slowest", 0));
+            picks.push(("slowest step after the first", slowest));
+        } else {
+            picks.push(("slowest step", slowest));
+        }
     }
     picks.push(("early step", candidates[0]));
     let mut seen = Vec::new();
@@ -322,5 +331,59 @@ impl TimelineCollector {
             windows: self.windows,
             tracks,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::StepBreakdown;
+
+    fn steps(walls: &[u64]) -> Vec<StepPoint> {
+        let mut start = 0;
+        walls
+            .iter()
+            .enumerate()
+            .map(|(i, &wall_ns)| {
+                let p = StepPoint {
+                    index: i as u64,
+                    start_ns: start,
+                    breakdown: StepBreakdown {
+                        wall_ns,
+                        ..StepBreakdown::default()
+                    },
+                };
+                start += wall_ns;
+                p
+            })
+            .collect()
+    }
+
+    fn labels(walls: &[u64]) -> Vec<(String, u64)> {
+        choose_windows(&steps(walls))
+            .into_iter()
+            .map(|w| (w.label, w.step))
+            .collect()
+    }
+
+    #[test]
+    fn a_slowest_first_step_is_shown_and_named() {
+        let got = labels(&[90, 10, 12, 11, 30, 10]);
+        assert!(
+            got.contains(&("first step (warm-up), the slowest".to_owned(), 0)),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("slowest step after the first".to_owned(), 4)),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|(l, _)| l == "slowest step"), "{got:?}");
+    }
+
+    #[test]
+    fn the_slowest_step_is_named_plainly_when_it_is_the_slowest() {
+        let got = labels(&[20, 10, 12, 11, 30, 10]);
+        assert!(got.contains(&("slowest step".to_owned(), 4)), "{got:?}");
+        assert!(!got.iter().any(|(_, i)| *i == 0), "{got:?}");
     }
 }

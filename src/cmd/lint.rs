@@ -48,7 +48,8 @@ pub struct LintArgs {
     /// Apply the machine-applicable fixes, then report what remains.
     #[arg(long)]
     fix: bool,
-    /// Number of threads to lint with (default: one per core).
+    /// Number of threads to lint with (default: one per core; never more than the files to
+    /// lint, nor more than 256).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
 }

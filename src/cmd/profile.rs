@@ -152,6 +152,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     // reports fails; the reports then rewrite it with their sections added.
     if let Err(err) = summary.write_json(&out.summary_path()) {
         eprintln!("perfkit: error: {err}");
+        summary.files.summary_error = Some(err.to_string());
     }
     let mut findings = None;
     let (lint_paths, lint_line) = lint_target(&args, program);
@@ -164,7 +165,10 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             &lint_paths,
         ) {
             Ok(found) => findings = Some(found),
-            Err(err) => eprintln!("perfkit: warning: the reports were not written: {err:#}"),
+            Err(err) => {
+                eprintln!("perfkit: warning: the reports were not written: {err:#}");
+                summary.files.reports_error = Some(format!("{err:#}"));
+            }
         }
     }
     if !args.quiet {

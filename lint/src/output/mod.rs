@@ -113,6 +113,47 @@ pub fn display_path(path: &Path) -> String {
     }
 }
 
+/// A finding's note as shown to the user: every `PATH:LINE` in it (a source file, `.rs`,
+/// `.py` or `.pyi`) with its path shown as [`display_path`] shows the primary location, so a
+/// note and the location above it name a file the same way.
+pub fn display_note(note: &str) -> String {
+    let mut out = String::with_capacity(note.len());
+    for (i, word) in note.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&display_location_word(word));
+    }
+    out
+}
+
+/// `word` with the path of a `PATH:LINE[:COLUMN]` in it displayed; any other word unchanged.
+fn display_location_word(word: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = word.trim_end_matches([',', '.', ';', ')']);
+    let Some((path, line)) = ["rs:", "py:", "pyi:"]
+        .iter()
+        .filter_map(|ext| trimmed.rfind(ext).map(|at| at + ext.len()))
+        .max()
+        .map(|colon| (&trimmed[..colon - 1], &trimmed[colon..]))
+    else {
+        return word.into();
+    };
+    // Only a line (and a column): anything else is not a location.
+    if line.is_empty()
+        || !line
+            .split(':')
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return word.into();
+    }
+    format!(
+        "{}:{line}{}",
+        display_path(Path::new(path)),
+        &word[trimmed.len()..]
+    )
+    .into()
+}
+
 fn relative_to_current_dir(path: &Path) -> PathBuf {
     if path.is_absolute() {
         if let Ok(cwd) = std::env::current_dir()
@@ -289,6 +330,17 @@ mod tests {
             "../other/lib.rs"
         );
         assert_eq!(display_path(Path::new("./")), ".");
+        assert_eq!(
+            display_note("called from the step loop at ./src/../src/main.rs:77 through `f`"),
+            "called from the step loop at src/main.rs:77 through `f`"
+        );
+        assert_eq!(
+            display_note("inside the step loop at ./a b/train.py:3:5, twice"),
+            "inside the step loop at ./a b/train.py:3:5, twice",
+            "a path with a space is left as written"
+        );
+        assert_eq!(display_note("at ./x.rs:12."), "at x.rs:12.");
+        assert_eq!(display_note("see ./x.rs:abc"), "see ./x.rs:abc");
     }
 
     #[test]

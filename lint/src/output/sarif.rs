@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::display_path;
+use super::{display_note, display_path};
 use crate::rules::RuleMeta;
 use crate::{Diagnostic, LintReport};
 
@@ -158,7 +158,7 @@ fn result(diagnostic: &Diagnostic, rule_index: usize) -> Value {
     let mut text = diagnostic.message.clone();
     for note in &diagnostic.notes {
         text.push_str("\nnote: ");
-        text.push_str(note);
+        text.push_str(&display_note(note));
     }
     if !diagnostic.help.is_empty() {
         text.push_str("\nhelp: ");

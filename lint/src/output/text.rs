@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use annotate_snippets::{AnnotationKind, Element, Group, Level, Origin, Patch, Renderer, Snippet};
 use anstyle::{AnsiColor, Effects, Style};
 
-use super::{Counts, RenderOptions, display_path};
+use super::{Counts, RenderOptions, display_note, display_path};
 use crate::{Diagnostic, FileError, Fix, LintReport, Severity};
 
 const ERROR_STYLE: Style = AnsiColor::BrightRed.on_default().effects(Effects::BOLD);
@@ -100,7 +100,7 @@ pub fn render_diagnostic(
         }
     }
     for note in &diagnostic.notes {
-        elements.push(Level::NOTE.message(note.as_str()).into());
+        elements.push(Level::NOTE.message(display_note(note)).into());
     }
     if !diagnostic.help.is_empty() {
         elements.push(Level::HELP.message(diagnostic.help.as_str()).into());

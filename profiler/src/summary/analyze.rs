@@ -99,6 +99,8 @@ pub fn analyze_trace_dir(
             trace_bytes,
             summary: super::SUMMARY_FILE.to_owned(),
             reports: Vec::new(),
+            summary_error: None,
+            reports_error: None,
         },
     })
 }

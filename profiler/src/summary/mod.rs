@@ -186,6 +186,13 @@ pub struct Files {
     /// Markdown summary), when they were written.
     #[serde(default)]
     pub reports: Vec<String>,
+    /// Why `summary.json` could not be written (the list of files then says so instead of
+    /// naming it); not part of the file.
+    #[serde(skip)]
+    pub summary_error: Option<String>,
+    /// Why the reports could not be written (the list of files says so); not part of the file.
+    #[serde(skip)]
+    pub reports_error: Option<String>,
 }
 
 /// Errors writing or reading `summary.json`.

@@ -302,7 +302,17 @@ impl Summary {
         for report in html.into_iter().chain(svg) {
             let _ = writeln!(s, "  {:<10} {run_dir}{sep}{report}", report_label(report));
         }
-        let _ = writeln!(s, "  summary    {run_dir}{sep}{}", self.files.summary);
+        if let Some(why) = &self.files.reports_error {
+            let _ = writeln!(s, "  reports    not written: {}", printable(why, 300));
+        }
+        match &self.files.summary_error {
+            Some(why) => {
+                let _ = writeln!(s, "  summary    not written: {}", printable(why, 300));
+            }
+            None => {
+                let _ = writeln!(s, "  summary    {run_dir}{sep}{}", self.files.summary);
+            }
+        }
         let count = self.files.trace_files.len();
         let contents = if count == 0 {
             "empty".to_owned()
