@@ -613,19 +613,19 @@ impl<'a> CrateContext<'a> {
     /// The device of a call's operand (see [`CallFact::operand_device`]), with parameters and
     /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
     pub fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.analysis.operand_device(file, call)
+        self.analysis.operand_device(self.files, file, call)
     }
 
     /// The device of a transfer's destination (`d` in `x.to_device(d)`), with parameters and
     /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
     pub fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.analysis.dest_device(file, call)
+        self.analysis.dest_device(self.files, file, call)
     }
 
     /// Whether the destination of a transfer call (`x.to_device(d)`) is statically the CPU: the
     /// destination's own device when known, else as [`Self::is_statically_cpu`] falls back.
     pub fn destination_is_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
-        match self.analysis.dest_device(file, call) {
+        match self.analysis.dest_device(self.files, file, call) {
             DeviceKind::Cpu => true,
             DeviceKind::Gpu => false,
             DeviceKind::Unknown => self.analysis.program_is_cpu(file),

@@ -66,11 +66,10 @@ pub(crate) struct CrateAnalysis {
     /// Per function (global index): it makes a training step (a step marker in it or in what it
     /// calls).
     trains: Vec<bool>,
-    /// Per file, per call: the devices of its operand and (for a transfer) its destination, with
-    /// parameters, fields and return values settled across the crate.
-    operand_devs: Vec<Vec<(DeviceKind, DeviceKind)>>,
-    /// Per file: the address and length of its calls, to find a call's index from a reference.
-    call_base: Vec<(usize, usize)>,
+    /// The devices of parameters, fields and return values, settled across the crate.
+    tables: DeviceTables,
+    /// What each call returns, worked out as rules ask: per file, per call.
+    memo: std::cell::RefCell<Vec<Vec<Memo>>>,
     /// Per file: the global index of its first function.
     fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
@@ -487,8 +486,8 @@ impl CrateAnalysis {
             helper_calls: HashMap::new(),
             file_target: Vec::new(),
             target_device: Vec::new(),
-            operand_devs: Vec::new(),
-            call_base: Vec::new(),
+            tables: DeviceTables::default(),
+            memo: Default::default(),
             resolved_calls: HashMap::new(),
             call_sites: Vec::new(),
             free_fns: HashMap::new(),
@@ -496,10 +495,6 @@ impl CrateAnalysis {
             trains: Vec::new(),
             fn_offsets: offsets.clone(),
         };
-        analysis.call_base = files
-            .iter()
-            .map(|f| (f.facts.calls.as_ptr() as usize, f.facts.calls.len()))
-            .collect();
         analysis.resolve_devices(files, &targets, &helper_calls, &methods);
         let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
         for (fi, file) in files.iter().enumerate() {
@@ -640,25 +635,29 @@ impl CrateAnalysis {
             (found, by_name)
         };
         let offsets = self.fn_offsets.clone();
-        let make = |tables: &DeviceTables| Resolver {
-            files,
-            offsets: &offsets,
-            tables: tables.clone(),
-            value_targets: &value_targets,
-            calls: std::cell::RefCell::new(
-                files
-                    .iter()
-                    .map(|f| vec![Memo::Unvisited; f.facts.calls.len()])
-                    .collect(),
-            ),
-        };
+        let memo = std::cell::RefCell::new(
+            files
+                .iter()
+                .map(|f| vec![Memo::Unvisited; f.facts.calls.len()])
+                .collect::<Vec<_>>(),
+        );
         for _round in 0..8 {
             let mut changed = false;
-            let round = make(&tables);
+            let snapshot = tables.clone();
+            for file_memo in memo.borrow_mut().iter_mut() {
+                file_memo.fill(Memo::Unvisited);
+            }
+            let round = Resolver {
+                files,
+                offsets: &offsets,
+                tables: &snapshot,
+                value_targets: &value_targets,
+                calls: &memo,
+            };
             let resolver = |_: &DeviceTables, fi: usize, fn_idx: Option<usize>, dev: Dev<'_>| {
                 round.dev(fi, fn_idx, dev, 0)
             };
-            let snapshot = &round.tables;
+            let snapshot = &snapshot;
             for (fi, file) in files.iter().enumerate() {
                 // Parameters, from the arguments at each call site.
                 let mut recorded = file.facts.arg_devs.iter().peekable();
@@ -718,56 +717,80 @@ impl CrateAnalysis {
                 break;
             }
         }
-        // What the calls' operands resolve to, once, for the rules.
-        let last = make(&tables);
-        let resolver = |_: &DeviceTables, fi: usize, fn_idx: Option<usize>, dev: Dev<'_>| {
-            last.dev(fi, fn_idx, dev, 0)
-        };
-        self.operand_devs = files
-            .iter()
-            .enumerate()
-            .map(|(fi, file)| {
-                file.facts
-                    .calls
-                    .iter()
-                    .map(|call| {
-                        let operand = Dev {
-                            kind: call.operand_device,
-                            syms: call.operand_syms,
-                        };
-                        let dest = Dev {
-                            kind: call.dest_device,
-                            syms: call.dest_syms,
-                        };
-                        (
-                            resolver(&tables, fi, call.fn_idx, operand)
-                                .unwrap_or(DeviceKind::Unknown),
-                            resolver(&tables, fi, call.fn_idx, dest).unwrap_or(DeviceKind::Unknown),
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
+        // The calls' operands are resolved when a rule asks (most never are), against the
+        // settled tables.
+        for file_memo in memo.borrow_mut().iter_mut() {
+            file_memo.fill(Memo::Unvisited);
+        }
+        self.tables = tables;
+        self.memo = memo;
     }
 
     /// The device a call's operand lives on: what its function says, else what the crate's call
     /// sites, struct literals and return values say.
-    pub(crate) fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.call_devices(file, call).0
+    pub(crate) fn operand_device(
+        &self,
+        files: &[CrateFile<'_>],
+        file: FileId,
+        call: &CallFact<'_>,
+    ) -> DeviceKind {
+        let operand = Dev {
+            kind: call.operand_device,
+            syms: call.operand_syms,
+        };
+        self.resolve_now(files, file, call, operand)
     }
 
     /// [`Self::operand_device`] for a transfer's destination.
-    pub(crate) fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.call_devices(file, call).1
+    pub(crate) fn dest_device(
+        &self,
+        files: &[CrateFile<'_>],
+        file: FileId,
+        call: &CallFact<'_>,
+    ) -> DeviceKind {
+        let dest = Dev {
+            kind: call.dest_device,
+            syms: call.dest_syms,
+        };
+        self.resolve_now(files, file, call, dest)
     }
 
-    fn call_devices(&self, file: FileId, call: &CallFact<'_>) -> (DeviceKind, DeviceKind) {
-        let calls = &self.operand_devs[file.0];
-        // The call's index in its file: calls are stored in one slice.
-        let index = calls_index(call, &self.call_base[file.0]);
-        index
-            .and_then(|i| calls.get(i).copied())
-            .unwrap_or((call.operand_device, call.dest_device))
+    fn resolve_now(
+        &self,
+        files: &[CrateFile<'_>],
+        file: FileId,
+        call: &CallFact<'_>,
+        dev: Dev<'_>,
+    ) -> DeviceKind {
+        if dev.kind != DeviceKind::Unknown || !dev.is_informative() {
+            return dev.kind;
+        }
+        let value_targets = |fi: usize, ci: usize| -> (Cow<'_, [GlobalFn]>, &[GlobalFn]) {
+            let found = self
+                .resolved_calls
+                .get(&(fi, ci))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let mut by_name: &[GlobalFn] = &[];
+            let call = &files[fi].facts.calls[ci];
+            if found.is_empty() && call.call.is_method() {
+                let all = self.methods_named(call.name);
+                if all.len() <= 8 {
+                    by_name = all;
+                }
+            }
+            (Cow::Borrowed(found), by_name)
+        };
+        let resolver = Resolver {
+            files,
+            offsets: &self.fn_offsets,
+            tables: &self.tables,
+            value_targets: &value_targets,
+            calls: &self.memo,
+        };
+        resolver
+            .dev(file.0, call.fn_idx, dev, 0)
+            .unwrap_or(DeviceKind::Unknown)
     }
 
     /// Marks the functions found to be test code (called only from tests) as test code in the
@@ -928,12 +951,11 @@ impl CrateAnalysis {
         file: FileId,
         call: &CallFact<'_>,
     ) -> bool {
-        match self.operand_device(file, call) {
+        match self.operand_device(cx.files, file, call) {
             super::DeviceKind::Cpu => return true,
             super::DeviceKind::Gpu => return false,
             super::DeviceKind::Unknown => {}
         }
-        let _ = cx;
         self.program_is_cpu(file)
     }
 
@@ -1176,7 +1198,7 @@ enum Memo {
 }
 
 /// The crate-wide device tables the fixed point fills.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct DeviceTables {
     /// Per function (global index), per typed parameter.
     params: Vec<Vec<Seen>>,
@@ -1187,17 +1209,17 @@ struct DeviceTables {
 }
 
 /// Resolves symbolic devices against the tables.
-struct Resolver<'r, 'f> {
+struct Resolver<'r, 'f, 't> {
     files: &'r [CrateFile<'f>],
     offsets: &'r [usize],
-    tables: DeviceTables,
-    /// What each call returns, once worked out in this round: per file, per call.
-    calls: std::cell::RefCell<Vec<Vec<Memo>>>,
+    tables: &'r DeviceTables,
+    /// What each call returns, once worked out against these tables: per file, per call.
+    calls: &'r std::cell::RefCell<Vec<Vec<Memo>>>,
     /// A call's resolved targets, and (when there are none) the crate's methods of its name.
-    value_targets: &'r dyn Fn(usize, usize) -> (Cow<'r, [GlobalFn]>, &'r [GlobalFn]),
+    value_targets: &'r dyn Fn(usize, usize) -> (Cow<'t, [GlobalFn]>, &'t [GlobalFn]),
 }
 
-impl Resolver<'_, '_> {
+impl Resolver<'_, '_, '_> {
     /// The device of `dev` in function `fn_idx` of file `fi`: Some(kind) when settled (Unknown
     /// included), None while a source it depends on is not settled yet.
     fn dev(
@@ -1325,16 +1347,4 @@ impl Resolver<'_, '_> {
             }
         }
     }
-}
-
-/// A call's index in its file's calls, from a reference into them.
-fn calls_index(call: &CallFact<'_>, base: &(usize, usize)) -> Option<usize> {
-    let at = call as *const CallFact<'_> as usize;
-    let size = std::mem::size_of::<CallFact<'_>>();
-    let (start, len) = *base;
-    if at < start || size == 0 {
-        return None;
-    }
-    let index = (at - start) / size;
-    (index < len && (at - start).is_multiple_of(size)).then_some(index)
 }
