@@ -22,6 +22,9 @@ use super::{
 /// errors ("nesting too deep") instead of risking the stack.
 pub(crate) const MAX_NESTING: usize = 2000;
 
+/// The hasher of the collector's maps: byte offsets and names, not attacker-chosen keys.
+type FastHash = std::hash::BuildHasherDefault<super::steps::NameHasher>;
+
 /// Deepest expression the type and device inference looks into.
 const MAX_INFER_DEPTH: usize = 48;
 
@@ -72,9 +75,9 @@ struct Collector<'a> {
     /// How deep the type and device inference currently is.
     infer_depth: std::cell::Cell<usize>,
     /// Calls recorded so far, by the start of their name: to refer to a call's value.
-    call_at: std::collections::HashMap<usize, usize>,
+    call_at: std::collections::HashMap<usize, usize, FastHash>,
     /// Interned strings by text, so that a name seen again is not copied again.
-    interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str>>,
+    interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str, FastHash>>,
     /// The trait of each enclosing `impl Trait for Type` (None for inherent impls).
     trait_of_impl: Vec<Option<String>>,
     /// Generic parameters in scope with their first bound, innermost last.

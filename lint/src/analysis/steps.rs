@@ -495,6 +495,7 @@ impl CrateAnalysis {
             trains: Vec::new(),
             fn_offsets: offsets.clone(),
         };
+        analysis.resolved_calls = std::mem::take(&mut resolved_calls);
         analysis.resolve_devices(files, &targets, &helper_calls, &methods);
         let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
         for (fi, file) in files.iter().enumerate() {
@@ -578,7 +579,6 @@ impl CrateAnalysis {
         }
         analysis.test_fn = test_fn;
         analysis.helper_calls = helper_calls;
-        analysis.resolved_calls = resolved_calls;
         analysis.trains = has_marker;
         analysis.call_sites = call_sites;
         analysis.free_fns = free_fns;
@@ -611,6 +611,18 @@ impl CrateAnalysis {
             })
             .collect();
         let total = params.len();
+        let has_receiver: Vec<bool> = files
+            .iter()
+            .flat_map(|f| f.facts.fns.iter().map(|g| g.sig.receiver().is_some()))
+            .collect();
+        // Per file: the calls that reach crate functions, with those functions.
+        let mut sites: Vec<Vec<(usize, Vec<GlobalFn>)>> = vec![Vec::new(); files.len()];
+        for (&(fi, ci), found) in &self.resolved_calls {
+            sites[fi].push((ci, found.clone()));
+        }
+        for file_sites in &mut sites {
+            file_sites.sort_unstable_by_key(|(ci, _)| *ci);
+        }
         let mut tables = DeviceTables {
             params,
             fields: HashMap::new(),
@@ -659,26 +671,24 @@ impl CrateAnalysis {
             };
             let snapshot = &snapshot;
             for (fi, file) in files.iter().enumerate() {
-                // Parameters, from the arguments at each call site.
-                let mut recorded = file.facts.arg_devs.iter().peekable();
-                for (ci, call) in file.facts.calls.iter().enumerate() {
+                // Parameters, from the arguments at each call site that reaches the crate.
+                for (ci, all_targets) in &sites[fi] {
+                    let ci = *ci;
+                    let call = &file.facts.calls[ci];
                     let nargs = call.call.args().len();
-                    let mut devs: Option<&[Dev<'_>]> = None;
-                    if recorded.peek().is_some_and(|(c, _)| *c == ci) {
-                        let (_, range) = recorded.next().expect("peeked");
-                        devs = Some(&file.facts.arg_dev_pool[range.clone()]);
-                    }
                     if nargs == 0 {
                         continue;
                     }
-                    let helpers = helper_calls.get(&(fi, ci));
-                    let all_targets = targets[fi][ci].iter().chain(helpers.into_iter().flatten());
+                    let devs: Option<&[Dev<'_>]> = file
+                        .facts
+                        .arg_devs
+                        .binary_search_by_key(&ci, |(c, _)| *c)
+                        .ok()
+                        .map(|at| &file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()]);
                     for &(tf, tidx) in all_targets {
-                        let target = &files[tf].facts.fns[tidx];
-                        // `Type::method(x, ..)` passes `self` first.
-                        let skip =
-                            usize::from(!call.call.is_method() && target.sig.receiver().is_some());
                         let g = self.fn_offsets[tf] + tidx;
+                        // `Type::method(x, ..)` passes `self` first.
+                        let skip = usize::from(!call.call.is_method() && has_receiver[g]);
                         for i in 0..nargs.saturating_sub(skip) {
                             if i >= tables.params[g].len() {
                                 break;
@@ -1041,7 +1051,7 @@ fn offsets_of(files: &[CrateFile<'_>]) -> Vec<usize> {
 /// A small, fast hasher for function names (FxHash's multiply-rotate): the lookup runs once per call
 /// of the crate, and names are not attacker-chosen keys.
 #[derive(Default)]
-struct NameHasher(u64);
+pub(crate) struct NameHasher(u64);
 
 impl Hasher for NameHasher {
     fn write(&mut self, bytes: &[u8]) {
