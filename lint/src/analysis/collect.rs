@@ -670,14 +670,13 @@ impl<'a> Collector<'a> {
     }
 
     fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
-        with_ident_str(name, |text| {
-            self.scopes
-                .iter()
-                .rev()
-                .flat_map(|scope| scope.iter().rev())
-                .find(|b| b.name == text)
-                .copied()
-        })
+        // Compared in place (an identifier compares with a `&str` without being formatted).
+        self.scopes
+            .iter()
+            .rev()
+            .flat_map(|scope| scope.iter().rev())
+            .find(|b| name == b.name)
+            .copied()
     }
 
     fn self_type(&self) -> TypeHint<'a> {
