@@ -610,3 +610,36 @@ fn lint_with_65535_jobs_finishes() {
     };
     assert_eq!(status.code(), Some(1), "one finding");
 }
+
+// 11. A trace damaged in its middle is reported up to the damage, by every reader of it.
+
+#[test]
+fn a_byte_flipped_in_the_middle_of_a_trace_reports_what_was_read_before_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = good_trace();
+    let middle = good.len() / 2;
+    for at in middle - 32..middle + 32 {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x5a;
+        let dir = tmp.path().join(format!("flip-{at}"));
+        write(&dir.join("trace/train-7.pktrace"), bytes);
+        let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+        assert_eq!(code, 0, "byte {at}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("corrupt trace at byte offset"),
+            "byte {at}: the damage is named: {stderr}"
+        );
+        let text = std::fs::read_to_string(dir.join("summary.json"))
+            .unwrap_or_else(|e| panic!("byte {at}: summary.json: {e}\n{stderr}"));
+        let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(summary["run"]["incomplete"], true, "byte {at}");
+        assert!(text.contains("corrupt trace at byte offset"), "byte {at}");
+        // The file is named once per message, not once by each layer that passes it on.
+        for line in stderr.lines() {
+            assert!(
+                line.matches("train-7.pktrace").count() <= 1,
+                "byte {at}: the path twice: {line}"
+            );
+        }
+    }
+}
