@@ -643,3 +643,26 @@ fn a_byte_flipped_in_the_middle_of_a_trace_reports_what_was_read_before_it() {
         }
     }
 }
+
+// 11. Each cause of an error is printed once.
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no/such/run");
+    for sub in ["report", "diff"] {
+        let mut cmd = perfkit();
+        cmd.arg(sub).arg(&missing);
+        if sub == "diff" {
+            cmd.arg(&missing);
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 2, "{sub}: {stdout}{stderr}");
+        assert!(stderr.contains("no/such/run"), "{sub}: {stderr}");
+        assert_eq!(
+            stderr.matches("(os error 2)").count(),
+            1,
+            "{sub}: the cause once: {stderr}"
+        );
+    }
+}
