@@ -666,3 +666,27 @@ fn an_os_error_is_printed_once() {
         );
     }
 }
+
+// 12. A step span that matches nothing is named, with the spans that exist.
+
+#[test]
+fn a_step_span_that_matches_no_span_is_named_with_the_spans_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_run(tmp.path());
+    let (code, _, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .args(["--step-span", "no-such-span"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("--step-span `no-such-span` matches no span"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`forward`"), "names the spans: {stderr}");
+    let (code, _, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .args(["--step-span", "forward"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("matches no span"), "{stderr}");
+}
