@@ -690,3 +690,33 @@ fn a_step_span_that_matches_no_span_is_named_with_the_spans_that_exist() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("matches no span"), "{stderr}");
 }
+
+// 13. The advice for a run with no trace is advice that can be followed.
+
+#[test]
+fn check_on_a_run_with_no_trace_says_how_to_record_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bare");
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    let mut check = perfkit();
+    check
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--baseline"])
+        .arg(&out)
+        .arg("--candidate")
+        .arg(&out);
+    let mut diff = perfkit();
+    diff.arg("diff").arg(&out).arg(&out);
+    for cmd in [&mut check, &mut diff] {
+        let (code, stdout, stderr) = run(cmd);
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert!(!stderr.contains("perfkit report"), "{stderr}");
+        assert!(stderr.contains("wrote no trace"), "{stderr}");
+        assert!(stderr.contains("perfkit_profiler::init()"), "{stderr}");
+        assert!(stderr.contains("CUPTI injection"), "{stderr}");
+    }
+}
