@@ -720,3 +720,35 @@ fn check_on_a_run_with_no_trace_says_how_to_record_one() {
         assert!(stderr.contains("CUPTI injection"), "{stderr}");
     }
 }
+
+// 14. A file too large to lint in sane memory is named with the limit, and the rest is linted.
+
+#[test]
+fn a_file_over_the_size_limit_is_named_with_the_limit_and_the_rest_is_linted() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let line = "pub fn generated(x: f32) -> f32 { x * 2.0 + 1.0 }\n";
+    let big = line.repeat((4 << 20) / line.len() + 1);
+    write(&tmp.path().join("src/generated.rs"), big);
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--format", "json"]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let errors = value["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{stdout}");
+    assert!(
+        errors[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("generated.rs"),
+        "{stdout}"
+    );
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.contains("file too large"), "{message}");
+    assert!(message.contains("4 MiB"), "names the limit: {message}");
+    assert_eq!(
+        value["findings"][0]["code"], "PK101",
+        "the other file is linted"
+    );
+}
