@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("perfkit: error: {err:#}");
+            eprintln!("perfkit: error: {}", cmd::error_chain(&err));
             ExitCode::from(2)
         }
     }

@@ -610,3 +610,145 @@ fn lint_with_65535_jobs_finishes() {
     };
     assert_eq!(status.code(), Some(1), "one finding");
 }
+
+// 11. A trace damaged in its middle is reported up to the damage, by every reader of it.
+
+#[test]
+fn a_byte_flipped_in_the_middle_of_a_trace_reports_what_was_read_before_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = good_trace();
+    let middle = good.len() / 2;
+    for at in middle - 32..middle + 32 {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x5a;
+        let dir = tmp.path().join(format!("flip-{at}"));
+        write(&dir.join("trace/train-7.pktrace"), bytes);
+        let (code, stdout, stderr) = run(perfkit().arg("report").arg(&dir));
+        assert_eq!(code, 0, "byte {at}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("corrupt trace at byte offset"),
+            "byte {at}: the damage is named: {stderr}"
+        );
+        let text = std::fs::read_to_string(dir.join("summary.json"))
+            .unwrap_or_else(|e| panic!("byte {at}: summary.json: {e}\n{stderr}"));
+        let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(summary["run"]["incomplete"], true, "byte {at}");
+        assert!(text.contains("corrupt trace at byte offset"), "byte {at}");
+        // The file is named once per message, not once by each layer that passes it on.
+        for line in stderr.lines() {
+            assert!(
+                line.matches("train-7.pktrace").count() <= 1,
+                "byte {at}: the path twice: {line}"
+            );
+        }
+    }
+}
+
+// 11. Each cause of an error is printed once.
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no/such/run");
+    for sub in ["report", "diff"] {
+        let mut cmd = perfkit();
+        cmd.arg(sub).arg(&missing);
+        if sub == "diff" {
+            cmd.arg(&missing);
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 2, "{sub}: {stdout}{stderr}");
+        assert!(stderr.contains("no/such/run"), "{sub}: {stderr}");
+        assert_eq!(
+            stderr.matches("(os error 2)").count(),
+            1,
+            "{sub}: the cause once: {stderr}"
+        );
+    }
+}
+
+// 12. A step span that matches nothing is named, with the spans that exist.
+
+#[test]
+fn a_step_span_that_matches_no_span_is_named_with_the_spans_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_run(tmp.path());
+    let (code, _, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .args(["--step-span", "no-such-span"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("--step-span `no-such-span` matches no span"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`forward`"), "names the spans: {stderr}");
+    let (code, _, stderr) = run(perfkit()
+        .arg("report")
+        .arg(&dir)
+        .args(["--step-span", "forward"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("matches no span"), "{stderr}");
+}
+
+// 13. The advice for a run with no trace is advice that can be followed.
+
+#[test]
+fn check_on_a_run_with_no_trace_says_how_to_record_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bare");
+    let (code, _, stderr) = run(perfkit()
+        .args(["profile", "--quiet", "--no-lint", "--no-inject", "--out"])
+        .arg(&out)
+        .args(["--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    let mut check = perfkit();
+    check
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--baseline"])
+        .arg(&out)
+        .arg("--candidate")
+        .arg(&out);
+    let mut diff = perfkit();
+    diff.arg("diff").arg(&out).arg(&out);
+    for cmd in [&mut check, &mut diff] {
+        let (code, stdout, stderr) = run(cmd);
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert!(!stderr.contains("perfkit report"), "{stderr}");
+        assert!(stderr.contains("wrote no trace"), "{stderr}");
+        assert!(stderr.contains("perfkit_profiler::init()"), "{stderr}");
+        assert!(stderr.contains("CUPTI injection"), "{stderr}");
+    }
+}
+
+// 14. A file too large to lint in sane memory is named with the limit, and the rest is linted.
+
+#[test]
+fn a_file_over_the_size_limit_is_named_with_the_limit_and_the_rest_is_linted() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(&tmp.path().join("src/train.rs"), READBACK_IN_LOOP);
+    let line = "pub fn generated(x: f32) -> f32 { x * 2.0 + 1.0 }\n";
+    let big = line.repeat((4 << 20) / line.len() + 1);
+    write(&tmp.path().join("src/generated.rs"), big);
+    let (code, stdout, stderr) = run(perfkit()
+        .current_dir(tmp.path())
+        .args(["lint", "src", "--format", "json"]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let errors = value["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{stdout}");
+    assert!(
+        errors[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("generated.rs"),
+        "{stdout}"
+    );
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.contains("file too large"), "{message}");
+    assert!(message.contains("4 MiB"), "names the limit: {message}");
+    assert_eq!(
+        value["findings"][0]["code"], "PK101",
+        "the other file is linted"
+    );
+}

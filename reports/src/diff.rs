@@ -51,6 +51,17 @@ impl Run {
                     incomplete,
                 })
             }
+            // A run with no trace has nothing `perfkit report` could read: say how to record one.
+            None if !s.core.instrumented => Err(Error::Summary {
+                path: path.to_path_buf(),
+                message: format!(
+                    "the run wrote no trace, so it has no measurements to compare: the program is not \
+                     instrumented with perfkit-profiler (or never called `perfkit_profiler::init()`), \
+                     and no CUDA activity was captured through CUPTI injection (`perfkit profile` \
+                     injects it into a CUDA program unless `--no-inject` is given). To record it:\n{}",
+                    perfkit_profiler::summary::INSTRUMENT_HINT
+                ),
+            }),
             None => Err(Error::Summary {
                 path: path.to_path_buf(),
                 message: "the summary has no `analysis` section; run `perfkit report` on the run's traces first".to_owned(),

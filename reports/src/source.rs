@@ -18,7 +18,8 @@ use crate::model::{Direction, ProcessMeta};
 pub struct ReadOutcome {
     /// The end record was read.
     pub complete: bool,
-    /// Reading stopped at a damaged record: the reader's message (it names the byte offset).
+    /// Reading stopped at a damaged record: the reader's message without the file's path (it
+    /// names the byte offset).
     pub error: Option<String>,
     /// Records read.
     pub records: u64,
@@ -122,7 +123,7 @@ impl TraceSource {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    outcome.error = Some(e.to_string());
+                    outcome.error = Some(strip_path(&e.to_string(), self.reader.path()));
                     break;
                 }
             };
@@ -259,15 +260,15 @@ impl TraceSource {
 fn trace_error(path: &Path, e: &perfkit_profiler::ReadError) -> Error {
     Error::Trace {
         path: PathBuf::from(path),
-        message: strip_path(&e.to_string(), path),
+        message: strip_path(&e.to_string(), &path.display().to_string()),
     }
 }
 
-/// The reader's messages start with the path; the error type adds it again.
-fn strip_path(message: &str, path: &Path) -> String {
-    let p = path.display().to_string();
+/// The reader's messages start with the path (as the reader names it); whoever shows the
+/// message adds it again.
+fn strip_path(message: &str, path: &str) -> String {
     message
-        .strip_prefix(&p)
+        .strip_prefix(path)
         .and_then(|m| m.strip_prefix(": "))
         .unwrap_or(message)
         .to_owned()

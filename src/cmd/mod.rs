@@ -8,3 +8,61 @@ pub mod lint;
 pub mod profile;
 pub mod report;
 pub mod rules;
+
+/// `err` and its causes, `: `-separated, each cause once: a message that already shows its
+/// cause (`{path}: {source}` that also keeps the source) is not followed by it again.
+pub fn error_chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// An error that shows its source in its own message and also keeps it as its source.
+    #[derive(Debug)]
+    struct Shown {
+        path: String,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Shown {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Shown {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_its_message_is_shown_once() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let text = io.to_string();
+        let err = anyhow::Error::new(Shown {
+            path: "run/trace".into(),
+            source: io,
+        })
+        .context("cannot summarise the trace");
+        let shown = error_chain(&err);
+        assert_eq!(shown.matches(&text).count(), 1, "{shown}");
+        assert!(
+            shown.starts_with("cannot summarise the trace: run/trace: "),
+            "{shown}"
+        );
+    }
+}

@@ -143,7 +143,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let analysis = match analysis {
         Ok(analysis) => analysis,
         Err(err) => {
-            eprintln!("perfkit: error: {err:#}");
+            eprintln!("perfkit: error: {}", super::error_chain(&err));
             return Ok(ExitCode::from(exit_code));
         }
     };
@@ -166,8 +166,11 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
         ) {
             Ok(found) => findings = Some(found),
             Err(err) => {
-                eprintln!("perfkit: warning: the reports were not written: {err:#}");
-                summary.files.reports_error = Some(format!("{err:#}"));
+                eprintln!(
+                    "perfkit: warning: the reports were not written: {}",
+                    super::error_chain(&err)
+                );
+                summary.files.reports_error = Some(super::error_chain(&err));
             }
         }
     }

@@ -55,6 +55,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     for reason in analysis.incomplete_reasons() {
         eprintln!("perfkit: warning: {reason}");
     }
+    if let Some(name) = &args.step_span
+        && let Some(warning) = unknown_step_span(&analysis, name)
+    {
+        eprintln!("perfkit: warning: {warning}");
+    }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
     // A summary written by `perfkit profile` knows how the program ended: keep its core.
@@ -113,6 +118,42 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// Most span names listed when `--step-span` matches none.
+const MAX_SPANS_LISTED: usize = 12;
+
+/// When `name` is the name of no span of the run: says so, naming the spans that exist (the
+/// most called first).
+fn unknown_step_span(analysis: &perfkit_reports::Analysis, name: &str) -> Option<String> {
+    let spans = analysis.processes.iter().flat_map(|p| &p.spans);
+    if spans.clone().any(|s| s.name == name) {
+        return None;
+    }
+    let mut calls: Vec<(&str, u64)> = Vec::new();
+    for span in spans {
+        match calls.iter_mut().find(|(n, _)| *n == span.name) {
+            Some((_, c)) => *c += span.calls,
+            None => calls.push((&span.name, span.calls)),
+        }
+    }
+    calls.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let existing = if calls.is_empty() {
+        "the run has no spans".to_owned()
+    } else {
+        let mut list: Vec<String> = calls
+            .iter()
+            .take(MAX_SPANS_LISTED)
+            .map(|(n, _)| format!("`{n}`"))
+            .collect();
+        if calls.len() > MAX_SPANS_LISTED {
+            list.push(format!("and {} more", calls.len() - MAX_SPANS_LISTED));
+        }
+        format!("the spans of the run: {}", list.join(", "))
+    };
+    Some(format!(
+        "--step-span `{name}` matches no span, so no step is counted ({existing})"
+    ))
 }
 
 /// The run directory: the directory given, or the one holding the trace file; a `trace/`

@@ -316,12 +316,7 @@ fn start() -> Result<String, String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let guard = perfkit_profiler::Builder::new()
-        .output(&output)
-        .record_events(true)
-        // Operations are written from CUPTI's buffer thread (never the program's), in bursts of
-        // up to a whole activity buffer: wait for the writer rather than drop.
-        .wait_when_full(Duration::from_millis(200))
+    let guard = trace_builder(&output)
         .try_init()
         .map_err(|e| format!("cannot start the trace: {e}"))?;
     let Some(rec) = guard.recorder() else {
@@ -481,6 +476,18 @@ pub(crate) fn inject_trace_path(trace_env: &std::path::Path, program: &str, pid:
     } else {
         trace_env.join(format!("{program}-{pid}-inject.{ext}"))
     }
+}
+
+/// The recorder of the injected trace at `output`. Like every perfkit recorder it never
+/// overwrites a file: when `output` exists, the trace goes beside it under a name of its own
+/// (the guard's `path()` says which).
+fn trace_builder(output: &std::path::Path) -> perfkit_profiler::Builder {
+    perfkit_profiler::Builder::new()
+        .output(output)
+        .record_events(true)
+        // Operations are written from CUPTI's buffer thread (never the program's), in bursts of
+        // up to a whole activity buffer: wait for the writer rather than drop.
+        .wait_when_full(Duration::from_millis(200))
 }
 
 /// File stem of argv[0] (`python3`, `train`), `process` when unknown.
@@ -952,5 +959,21 @@ mod tests {
             inject_trace_path(Path::new("out/t.pktrace"), "python3", 42),
             Path::new("out/t-inject.pktrace")
         );
+    }
+
+    #[test]
+    fn an_existing_file_at_the_trace_path_is_never_overwritten() {
+        let t = tempfile::tempdir().unwrap();
+        let taken = inject_trace_path(t.path(), "python3", 42);
+        std::fs::write(&taken, "not perfkit's").unwrap();
+        let (_layer, guard) = trace_builder(&taken)
+            .build_local()
+            .unwrap()
+            .expect("a trace session");
+        let path = guard.path().expect("a trace file").to_path_buf();
+        drop(guard);
+        assert_eq!(std::fs::read_to_string(&taken).unwrap(), "not perfkit's");
+        assert_ne!(path, taken);
+        assert_eq!(path.parent(), taken.parent(), "beside it");
     }
 }

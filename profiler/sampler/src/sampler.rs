@@ -1,6 +1,6 @@
 //! The GPU sampler: one thread, one NVML query per GPU per interval, written to a trace file.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -77,20 +77,39 @@ pub struct SampleWriter {
     records: u64,
 }
 
+/// Creates `<dir>/<base>.pktrace`, else `<base>-2.pktrace`, ... : never a file that exists.
+fn create_new_in(dir: &Path, base: &str) -> Result<(File, PathBuf), (PathBuf, std::io::Error)> {
+    let ext = perfkit_profiler::format::TRACE_EXTENSION;
+    for n in 1u32..=10_000 {
+        let path = if n == 1 {
+            dir.join(format!("{base}.{ext}"))
+        } else {
+            dir.join(format!("{base}-{n}.{ext}"))
+        };
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err((path, e)),
+        }
+    }
+    Err((
+        dir.to_path_buf(),
+        std::io::Error::other("no free sampler trace file name"),
+    ))
+}
+
 impl SampleWriter {
     /// Creates `<dir>/perfkit-gpu-sampler-<pid>.pktrace` (the directory is created if needed).
+    /// An existing file is never overwritten: the trace then goes beside it, under the first
+    /// free name of `perfkit-gpu-sampler-<pid>-2.pktrace`, `-3`, ...
     pub fn create_in(dir: &Path) -> Result<SampleWriter, SamplerError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| SamplerError::Io { path, source }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let path = dir.join(format!(
-            "{SAMPLER_PROGRAM}-{}.{}",
-            std::process::id(),
-            perfkit_profiler::format::TRACE_EXTENSION
-        ));
-        let file = File::create(&path).map_err(io(&path))?;
+        let (file, path) = create_new_in(dir, &format!("{SAMPLER_PROGRAM}-{}", std::process::id()))
+            .map_err(|(path, source)| SamplerError::Io { path, source })?;
         let origin = Instant::now();
         let mut h = Header::new(SAMPLER_PROGRAM, std::process::id());
         h.start_unix_ns = unix_ns();
@@ -317,6 +336,26 @@ mod tests {
             memory_total: used.map(|_| 80 << 30),
             sm_clock_mhz: Some(1755),
             power_mw: None,
+        }
+    }
+
+    #[test]
+    fn an_existing_file_is_never_overwritten() {
+        let t = tempfile::tempdir().unwrap();
+        let taken = t.path().join(format!(
+            "perfkit-gpu-sampler-{}.pktrace",
+            std::process::id()
+        ));
+        std::fs::write(&taken, "not perfkit's").unwrap();
+        let first = SampleWriter::create_in(t.path()).unwrap().finish().unwrap();
+        let second = SampleWriter::create_in(t.path()).unwrap().finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&taken).unwrap(), "not perfkit's");
+        assert_ne!(first, taken);
+        assert_ne!(second, first);
+        for path in [first, second] {
+            let mut r = TraceReader::open(&path).unwrap();
+            while r.next_record().unwrap().is_some() {}
+            assert!(r.status().is_complete(), "{}", path.display());
         }
     }
 

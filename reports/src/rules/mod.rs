@@ -219,7 +219,8 @@ impl Cx<'_> {
 /// cost per step (largest first), then code.
 ///
 /// Reads that process's trace file once more (the analysis keeps no per-step attribution of
-/// source lines); a trace that cannot be read is an error.
+/// source lines); a trace whose header cannot be read is an error, and damage later in the file
+/// ends the reading there, as it ends the analysis.
 pub fn evaluate(analysis: &Analysis, cfg: &ProfileConfig) -> crate::Result<Vec<Finding>> {
     let Some(i) = crate::summary::pace_index(&analysis.processes) else {
         // Nothing traced.

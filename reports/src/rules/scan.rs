@@ -109,7 +109,9 @@ pub fn scan_file(
     let mut ops: Vec<Op> = Vec::new();
     let mut scan = Scan::default();
 
-    let outcome = source.run(&mut |ev| match ev {
+    // Damage in the file ends the scan at the last good record, as it ends the analysis (which
+    // names the damage): the rules judge what was read before it.
+    source.run(&mut |ev| match ev {
         Event::Enter {
             thread,
             span,
@@ -206,15 +208,6 @@ pub fn scan_file(
         }
         _ => {}
     });
-    if let Some(message) = outcome.error
-        && steps.is_empty()
-    {
-        // Nothing usable before the damage: say so rather than report nothing.
-        return Err(crate::Error::Trace {
-            path: path.to_path_buf(),
-            message,
-        });
-    }
 
     steps.sort_unstable();
     scan.steps = steps.len() as u64;
