@@ -37,6 +37,10 @@
 //!   refreshed after a synchronize once it is more than a second old (clock drift),
 //!   and a resolved event more than a second after it becomes the new reference, so
 //!   `f32` milliseconds never span long intervals.
+//! - A copy to pageable host memory (`clone_dtoh`, `memcpy_dtoh` into a `Vec`) returns only
+//!   once it is over, so its end event, recorded after the call, would add the host round
+//!   trip: its GPU end is bounded by the host return, and the trace says so
+//!   ([`GpuEvent::gpu_end_at_host_return`](crate::model::GpuEvent::gpu_end_at_host_return)).
 //! - Synchronizations and allocations have host times only; device memory in use is
 //!   sampled after allocations and (at most every 10 ms) after synchronizations.
 //!

@@ -13,7 +13,9 @@ use cudarc::driver::{
 
 use super::error::{CudaError, driver};
 use super::host::{HostBuffer, bytes_of};
-use super::timing::{Resolved, Timeline, TimingEvents, anchor_time};
+use super::timing::{
+    Resolved, Timeline, TimingEvents, anchor_time, bound_by_host_return, returns_when_done,
+};
 use crate::model::{GpuOpKind, HostMemory, Nanos};
 use crate::recorder::{GpuOp, KernelLaunch, Recorder};
 
@@ -337,10 +339,21 @@ impl ProfiledStream {
         result
     }
 
+    /// Writes `op` with its GPU times, if known. A blocking copy's end is bounded by the host
+    /// return (and marked so in the trace): its end event was recorded after the call came
+    /// back, so the event's time would count the host round trip as GPU time.
     fn emit(&self, rec: &Recorder, op: &GpuOp, gpu: Option<(Nanos, Nanos)>) {
         let mut op = *op;
         op.gpu_start = gpu.map(|g| g.0);
         op.gpu_end = gpu.map(|g| g.1);
+        if let Some((start, end)) = gpu
+            && returns_when_done(op.kind, op.host_memory)
+        {
+            let (start, end, bounded) = bound_by_host_return(start, end, op.host_end);
+            op.gpu_start = Some(start);
+            op.gpu_end = Some(end);
+            op.gpu_end_at_host_return = bounded;
+        }
         rec.gpu(&op);
     }
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::error::CudaError;
-use crate::model::Nanos;
+use crate::model::{GpuOpKind, HostMemory, Nanos};
 
 /// What the timeline needs from an event implementation (CUDA events in the product).
 pub(crate) trait TimingEvents {
@@ -76,6 +76,29 @@ pub(crate) fn align(anchor_ns: Nanos, elapsed_ms: f32) -> Nanos {
 pub(crate) fn anchor_time(before: Nanos, after: Nanos) -> (Nanos, Nanos) {
     let after = after.max(before);
     (before + (after - before) / 2, after - before)
+}
+
+/// Whether the call that enqueues an operation returns only once the operation is over: a
+/// copy from the device to pageable host memory (the driver stages it and waits). Its end
+/// event is recorded after the call returns, so the event's time adds the host round trip.
+#[must_use]
+pub(crate) fn returns_when_done(kind: GpuOpKind, host_memory: Option<HostMemory>) -> bool {
+    kind == GpuOpKind::MemcpyDtoH && host_memory == Some(HostMemory::Pageable)
+}
+
+/// The GPU times of an operation whose call returned at `host_end` only once it was over
+/// (see [`returns_when_done`]): the end is bounded by the host return, the start by the end.
+/// Returns the times and whether the end was moved to the host return.
+#[must_use]
+pub(crate) fn bound_by_host_return(
+    gpu_start: Nanos,
+    gpu_end: Nanos,
+    host_end: Nanos,
+) -> (Nanos, Nanos, bool) {
+    if gpu_end <= host_end {
+        return (gpu_start, gpu_end, false);
+    }
+    (gpu_start.min(host_end), host_end, true)
 }
 
 /// Events in flight for one stream; `P` is what the caller keeps with each operation.
@@ -355,6 +378,44 @@ mod tests {
         assert_eq!(anchor_time(100, 140), (120, 40));
         // A clock that went backwards gives a zero-width window, never an underflow.
         assert_eq!(anchor_time(100, 90), (100, 0));
+    }
+
+    #[test]
+    fn only_copies_to_pageable_host_memory_return_when_done() {
+        assert!(returns_when_done(
+            GpuOpKind::MemcpyDtoH,
+            Some(HostMemory::Pageable)
+        ));
+        assert!(!returns_when_done(
+            GpuOpKind::MemcpyDtoH,
+            Some(HostMemory::Pinned)
+        ));
+        // A pageable upload returns once the data is staged, before the DMA is over.
+        assert!(!returns_when_done(
+            GpuOpKind::MemcpyHtoD,
+            Some(HostMemory::Pageable)
+        ));
+        assert!(!returns_when_done(GpuOpKind::Kernel, None));
+    }
+
+    #[test]
+    fn a_blocking_copy_ends_no_later_than_its_call_returned() {
+        // A 4-byte readback: on the GPU from 1_000 to 1_003 us, the call returned at 1_010 us,
+        // and the end event recorded afterwards completed at 1_040 us.
+        assert_eq!(
+            bound_by_host_return(1_000_000, 1_040_000, 1_010_000),
+            (1_000_000, 1_010_000, true)
+        );
+        // An end event already before the host return is kept.
+        assert_eq!(
+            bound_by_host_return(1_000_000, 1_005_000, 1_010_000),
+            (1_000_000, 1_005_000, false)
+        );
+        // A start past the host return (clock reference error) is never after the end.
+        assert_eq!(
+            bound_by_host_return(1_020_000, 1_040_000, 1_010_000),
+            (1_010_000, 1_010_000, true)
+        );
     }
 
     #[test]
