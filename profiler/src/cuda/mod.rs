@@ -34,7 +34,9 @@
 //! - GPU timestamps are `elapsed(reference, event)` after a reference event whose host
 //!   time is known: it is recorded on the idle stream and polled until complete (a few
 //!   microseconds), and its host time is the middle of that window. The reference is
-//!   refreshed after a synchronize once it is more than a second old (clock drift),
+//!   refreshed once it is more than a second old (clock drift) whenever the stream is
+//!   idle: after a synchronize, an event wait or a blocking copy; the drift of the reference
+//!   replaced is written to the trace as a `perfkit.clock_drift` event,
 //!   and a resolved event more than a second after it becomes the new reference, so
 //!   `f32` milliseconds never span long intervals.
 //! - A copy to pageable host memory (`clone_dtoh`, `memcpy_dtoh` into a `Vec`) returns only

@@ -284,7 +284,24 @@ impl ProfiledStream {
                 break;
             }
         }
-        if let Some((event, host_ns, _)) = best {
+        if let Some((event, host_ns, window)) = best {
+            // How far the previous reference had drifted, for the trace: what the reports'
+            // GPU intervals may be off by at the end of a reference's life.
+            match st.timeline.drift_to(&self.events(), &event, host_ns) {
+                Ok(Some(d)) => tracing::event!(
+                    name: "perfkit.clock_drift",
+                    target: "perfkit_profiler",
+                    tracing::Level::INFO,
+                    device = self.device,
+                    stream = self.handle,
+                    drift_ns = d.drift_ns,
+                    over_ns = d.over_ns,
+                    window_ns = window,
+                ),
+                Ok(None) => {}
+                Err(CudaError::Driver { source, .. }) => self.hand_back(source),
+                Err(_) => {}
+            }
             st.timeline.set_anchor(event, host_ns);
             st.anchored_at = Some(host_ns);
         }
@@ -463,6 +480,13 @@ impl ProfiledStream {
         }
         // Cheap: one `cuEventQuery` on the oldest operation when nothing finished yet.
         self.drain(&rec, &mut st)?;
+        if result.is_ok() && returns_when_done(meta.kind, meta.host_memory) {
+            // A blocking copy returned: everything before it is done, and what is left is at
+            // most its end event, so a stale reference is renewed in microseconds.
+            let idle = st.timeline.pending() <= 1;
+            self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)?;
+            self.drain(&rec, &mut st)?;
+        }
         result
     }
 
@@ -708,13 +732,9 @@ impl ProfiledStream {
         result?;
         let mut st = self.lock();
         self.drain(&rec, &mut st)?;
-        let stale = st
-            .anchored_at
-            .is_none_or(|t| meta.host_end.saturating_sub(t) > REANCHOR_AFTER_NS);
-        if stale && st.timeline.pending() == 0 {
-            // The stream is idle right now: a fresh reference costs microseconds.
-            self.anchor(&rec, &mut st, ANCHOR_WAIT_NS)?;
-        }
+        // The stream is idle right now: a fresh reference costs microseconds.
+        let idle = st.timeline.pending() == 0;
+        self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)?;
         if st
             .last_memory_sample
             .is_none_or(|t| meta.host_end.saturating_sub(t) > MEMORY_SAMPLE_NS)
@@ -745,21 +765,22 @@ impl ProfiledStream {
         result?;
         let mut st = self.lock();
         self.drain(&rec, &mut st)?;
-        self.reanchor_if_idle(&rec, &mut st, meta.host_end)
+        let idle = st.timeline.pending() == 0;
+        self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)
     }
 
-    /// Renews the clock reference when it is stale (or was never taken) and the stream has
-    /// nothing in flight, so that long runs that rarely synchronize do not drift.
-    fn reanchor_if_idle(
+    /// Renews the clock reference when it is stale (or was never taken) and the stream is
+    /// `idle` (nothing in flight but, at most, the end event of a blocking copy), so that
+    /// long runs that rarely synchronize do not drift. The drift of the reference replaced
+    /// is recorded (`perfkit.clock_drift`).
+    fn reanchor_if_stale(
         &self,
         rec: &Recorder,
         st: &mut State,
         now: Nanos,
+        idle: bool,
     ) -> Result<(), CudaError> {
-        let stale = st
-            .anchored_at
-            .is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS);
-        if stale && st.timeline.pending() == 0 {
+        if should_reanchor(st.anchored_at, now, idle) {
             self.anchor(rec, st, ANCHOR_WAIT_NS)?;
         }
         Ok(())
@@ -837,6 +858,12 @@ impl Drop for ProfiledStream {
             self.emit(&rec, &meta, None);
         }
     }
+}
+
+/// Whether to take a new clock reference at `now`: the stream is idle and the reference
+/// (taken at `anchored_at`) is missing or older than [`REANCHOR_AFTER_NS`].
+fn should_reanchor(anchored_at: Option<Nanos>, now: Nanos, idle: bool) -> bool {
+    idle && anchored_at.is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS)
 }
 
 /// [`CudaError::LengthMismatch`] for `op` when the destination (`dst` elements) is shorter
@@ -948,5 +975,25 @@ impl<'a> ProfiledLaunch<'a> {
                     .map_err(driver("cuLaunchKernel"))
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_is_renewed_only_when_stale_and_the_stream_idle() {
+        let second = REANCHOR_AFTER_NS;
+        assert!(should_reanchor(None, 0, true), "never anchored");
+        assert!(!should_reanchor(None, 0, false), "busy stream");
+        assert!(
+            !should_reanchor(Some(10), 10 + second, true),
+            "not stale yet"
+        );
+        assert!(should_reanchor(Some(10), 11 + second, true));
+        assert!(!should_reanchor(Some(10), 11 + second, false));
+        // A clock read before the reference never underflows.
+        assert!(!should_reanchor(Some(10), 5, true));
     }
 }

@@ -78,6 +78,26 @@ pub(crate) fn anchor_time(before: Nanos, after: Nanos) -> (Nanos, Nanos) {
     (before + (after - before) / 2, after - before)
 }
 
+/// The clock drift seen when a new reference event observed at `new_host_ns` replaces one at
+/// `old_host_ns`, `elapsed_ms` GPU milliseconds before it: the new reference's host time minus
+/// the time the old reference predicted for it (positive: the host clock ran faster than the
+/// GPU's), in nanoseconds.
+#[must_use]
+pub(crate) fn drift_ns(old_host_ns: Nanos, elapsed_ms: f32, new_host_ns: Nanos) -> i64 {
+    let predicted = i128::from(align(old_host_ns, elapsed_ms));
+    let d = i128::from(new_host_ns) - predicted;
+    i64::try_from(d).unwrap_or(if d < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Drift between two clock references (see [`Timeline::drift_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Drift {
+    /// The new reference's host time minus the time the previous one predicted for it.
+    pub(crate) drift_ns: i64,
+    /// Host nanoseconds since the previous reference.
+    pub(crate) over_ns: Nanos,
+}
+
 /// Whether the call that enqueues an operation returns only once the operation is over: a
 /// copy from the device to pageable host memory (the driver stages it and waits). Its end
 /// event is recorded after the call returns, so the event's time adds the host round trip.
@@ -130,6 +150,24 @@ impl<E, P> Timeline<E, P> {
         if let Some(old) = self.anchor.replace(Anchor { event, host_ns }) {
             self.free.push(old.event);
         }
+    }
+
+    /// The drift of the installed reference measured against `event`, a complete event observed
+    /// at `host_ns` that is about to replace it; `None` without a reference.
+    pub(crate) fn drift_to<B: TimingEvents<Event = E>>(
+        &self,
+        backend: &B,
+        event: &E,
+        host_ns: Nanos,
+    ) -> Result<Option<Drift>, CudaError> {
+        let Some(anchor) = self.anchor.as_ref() else {
+            return Ok(None);
+        };
+        let elapsed = backend.elapsed_ms(&anchor.event, event)?;
+        Ok(Some(Drift {
+            drift_ns: drift_ns(anchor.host_ns, elapsed, host_ns),
+            over_ns: host_ns.saturating_sub(anchor.host_ns),
+        }))
     }
 
     /// Whether a reference event is installed.
@@ -378,6 +416,30 @@ mod tests {
         assert_eq!(anchor_time(100, 140), (120, 40));
         // A clock that went backwards gives a zero-width window, never an underflow.
         assert_eq!(anchor_time(100, 90), (100, 0));
+    }
+
+    #[test]
+    fn drift_is_the_new_reference_minus_the_old_ones_prediction() {
+        // 1 s of GPU time after a reference at 5 ms: predicted at 1.005 s.
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_005_000_000), 0);
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_005_012_000), 12_000);
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_004_990_000), -10_000);
+    }
+
+    #[test]
+    fn a_new_reference_measures_the_drift_of_the_old_one() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 8, 1_000_000);
+        let e = t.take_event(&gpu).unwrap().unwrap();
+        gpu.record(&e).unwrap();
+        // The GPU sees the new reference 2000 ms after the old one; the host 2000.05 ms.
+        gpu.run(1, 2000.0, 0.0);
+        let d = t.drift_to(&gpu, &e, 2_001_050_000).unwrap().unwrap();
+        assert_eq!(d.over_ns, 2_000_050_000);
+        assert!((d.drift_ns - 50_000).abs() < 1_000, "{d:?}");
+        t.set_anchor(e, 2_001_050_000);
+        let fresh: Timeline<usize, u64> = Timeline::new(4);
+        assert_eq!(fresh.drift_to(&gpu, &0, 0).unwrap(), None);
     }
 
     #[test]
