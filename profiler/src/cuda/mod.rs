@@ -44,7 +44,7 @@
 //!   trip: its GPU end is bounded by the host return, and the trace says so
 //!   ([`GpuEvent::gpu_end_at_host_return`](crate::model::GpuEvent::gpu_end_at_host_return)).
 //! - Synchronizations and allocations have host times only; device memory in use is
-//!   sampled after allocations and (at most every 10 ms) after synchronizations.
+//!   sampled after allocations and synchronizations, at most every 10 ms.
 //!
 //! cudarc panics at the first driver call when `libcuda` is missing, so the entry
 //! points ([`open_device`], [`device_count`], [`devices`]) check for the driver first

@@ -40,7 +40,9 @@ const ANCHOR_GOOD_WINDOW_NS: Nanos = 20_000;
 /// the drift between the GPU and host clocks never accumulates over a long run.
 const REANCHOR_AFTER_NS: Nanos = 1_000_000_000;
 
-/// Minimum interval between two device memory samples taken at synchronizations.
+/// Minimum interval between two device memory samples (`cuMemGetInfo` takes microseconds:
+/// after every allocation of a loop that allocates per sample it would dominate the cost
+/// of the allocations the reports measure).
 const MEMORY_SAMPLE_NS: Nanos = 10_000_000;
 
 struct State {
@@ -508,7 +510,9 @@ impl ProfiledStream {
         self.emit(&rec, &meta, None);
         if kind == GpuOpKind::Alloc && result.is_ok() {
             let mut st = self.lock();
-            self.sample_memory(&rec, &mut st);
+            if memory_sample_due(st.last_memory_sample, meta.host_end) {
+                self.sample_memory(&rec, &mut st);
+            }
         }
         result
     }
@@ -735,10 +739,7 @@ impl ProfiledStream {
         // The stream is idle right now: a fresh reference costs microseconds.
         let idle = st.timeline.pending() == 0;
         self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)?;
-        if st
-            .last_memory_sample
-            .is_none_or(|t| meta.host_end.saturating_sub(t) > MEMORY_SAMPLE_NS)
-        {
+        if memory_sample_due(st.last_memory_sample, meta.host_end) {
             self.sample_memory(&rec, &mut st);
         }
         Ok(())
@@ -864,6 +865,11 @@ impl Drop for ProfiledStream {
 /// (taken at `anchored_at`) is missing or older than [`REANCHOR_AFTER_NS`].
 fn should_reanchor(anchored_at: Option<Nanos>, now: Nanos, idle: bool) -> bool {
     idle && anchored_at.is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS)
+}
+
+/// Whether device memory may be sampled again at `now`, the last sample taken at `last`.
+fn memory_sample_due(last: Option<Nanos>, now: Nanos) -> bool {
+    last.is_none_or(|t| now.saturating_sub(t) > MEMORY_SAMPLE_NS)
 }
 
 /// [`CudaError::LengthMismatch`] for `op` when the destination (`dst` elements) is shorter
@@ -995,5 +1001,24 @@ mod tests {
         assert!(!should_reanchor(Some(10), 11 + second, false));
         // A clock read before the reference never underflows.
         assert!(!should_reanchor(Some(10), 5, true));
+    }
+
+    #[test]
+    fn device_memory_is_sampled_at_most_every_interval() {
+        assert!(memory_sample_due(None, 0));
+        // A thousand allocations within one interval ask the driver once.
+        let asked = (0..1000u64)
+            .scan(None, |last, i| {
+                let now = i * 1_000; // one allocation per microsecond
+                let due = memory_sample_due(*last, now);
+                if due {
+                    *last = Some(now);
+                }
+                Some(due)
+            })
+            .filter(|&d| d)
+            .count();
+        assert_eq!(asked, 1);
+        assert!(memory_sample_due(Some(0), MEMORY_SAMPLE_NS + 1));
     }
 }
