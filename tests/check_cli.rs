@@ -328,6 +328,7 @@ fn readback_pageable_trace(steps: u64) -> Vec<u8> {
         host_end: host.1,
         gpu_start: Some(dev.0),
         gpu_end: Some(dev.1),
+        gpu_end_at_host_return: false,
         span: None,
         location: loc,
         kernel: (kind == GpuOpKind::Kernel).then(|| KernelInfo {

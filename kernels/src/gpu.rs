@@ -519,14 +519,39 @@ pub struct DeviceBatch {
 /// Page-locked host buffers batches are staged through before their upload.
 ///
 /// Each slot has its own event, recorded on the stream after the slot's uploads: the host
-/// waits on it before writing the slot again. (cudarc's own per-buffer events are recorded
-/// only when a context runs several streams; the trainer runs one.)
+/// waits on it before writing the slot again, and before the buffers are freed (on drop,
+/// error paths included). (cudarc's own per-buffer events are recorded only when a context
+/// runs several streams; the trainer runs one, so freeing a buffer would not wait.)
 #[derive(Debug)]
 pub struct PinnedStaging {
+    ctx: Arc<CudaContext>,
     x: [PinnedHostSlice<f32>; 2],
     labels: [PinnedHostSlice<i32>; 2],
     read: [CudaEvent; 2],
+    guard: [SlotGuard; 2],
     next: usize,
+}
+
+/// What covers the uploads that may still be reading a staging slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotGuard {
+    /// The slot's event was recorded after every upload from it (or none was enqueued).
+    Event,
+    /// An upload was enqueued and the event after it could not be recorded: only a
+    /// synchronization of the whole context covers it.
+    Context,
+}
+
+impl SlotGuard {
+    /// The guard of a slot after an upload attempt: `enqueued` when some copy from it reached
+    /// the stream, `recorded` when the slot's event was recorded after it.
+    fn after_upload(enqueued: bool, recorded: bool) -> Self {
+        if enqueued && !recorded {
+            Self::Context
+        } else {
+            Self::Event
+        }
+    }
 }
 
 impl PinnedStaging {
@@ -546,11 +571,37 @@ impl PinnedStaging {
         // Without timing: these only order the host after the copies.
         let event = || ctx.new_event(None).map_err(driver("cuEventCreate"));
         Ok(Self {
+            ctx: ctx.clone(),
             x: [pinned_f32()?, pinned_f32()?],
             labels: [pinned_i32()?, pinned_i32()?],
             read: [event()?, event()?],
+            guard: [SlotGuard::Event; 2],
             next: 0,
         })
+    }
+
+    /// Waits on the host (unrecorded) until nothing reads `slot` any more.
+    fn wait_slot(&self, slot: usize) -> Result<(), GpuError> {
+        match self.guard[slot] {
+            SlotGuard::Event => self.read[slot]
+                .synchronize()
+                .map_err(driver("cuEventSynchronize")),
+            SlotGuard::Context => self.ctx.synchronize().map_err(driver("cuCtxSynchronize")),
+        }
+    }
+}
+
+impl Drop for PinnedStaging {
+    fn drop(&mut self) {
+        // The buffers are freed right after this (fields drop in order, and cudarc's own
+        // events guard nothing here): an upload still reading them would read freed memory.
+        // After a fault the waits fail and the work will never run; the error goes back to
+        // cudarc, which reports it from the program's next call.
+        for slot in 0..2 {
+            if let Err(GpuError::Cuda(CudaError::Driver { source, .. })) = self.wait_slot(slot) {
+                self.ctx.record_err::<()>(Err(source));
+            }
+        }
     }
 }
 
@@ -685,7 +736,11 @@ impl GpuMlp {
         // Waits only for the uploads that last read this slot, two batches ago (an event
         // never recorded yet is complete).
         // Recorded: a host stall when the GPU is two batches behind.
-        self.stream.wait_event(&self.staging.read[slot])?;
+        match self.staging.guard[slot] {
+            SlotGuard::Event => self.stream.wait_event(&self.staging.read[slot])?,
+            SlotGuard::Context => self.stream.synchronize()?,
+        }
+        self.staging.guard[slot] = SlotGuard::Event;
         pinned_x
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?
@@ -694,12 +749,20 @@ impl GpuMlp {
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?
             .copy_from_slice(&host.labels);
-        self.stream.memcpy_htod(pinned_x, &mut self.batch.x)?;
-        self.stream
-            .memcpy_htod(pinned_labels, &mut self.batch.labels)?;
-        self.staging.read[slot]
+        // The event is recorded after whatever copy was enqueued, even when the second one
+        // failed, so that the slot is never written or freed under a copy in flight.
+        let copied_x = self.stream.memcpy_htod(pinned_x, &mut self.batch.x);
+        let enqueued = copied_x.is_ok();
+        let copied = copied_x.and_then(|()| {
+            self.stream
+                .memcpy_htod(pinned_labels, &mut self.batch.labels)
+        });
+        let recorded = self.staging.read[slot]
             .record(self.stream.stream())
-            .map_err(driver("cuEventRecord"))?;
+            .map_err(driver("cuEventRecord"));
+        self.staging.guard[slot] = SlotGuard::after_upload(enqueued, recorded.is_ok());
+        copied?;
+        recorded?;
         Ok(())
     }
 
@@ -891,5 +954,21 @@ impl GpuMlp {
     pub fn read_losses(&self, steps: usize) -> Result<Vec<f32>, GpuError> {
         let n = steps.min(self.loss_log.len());
         Ok(self.stream.clone_dtoh(&self.loss_log.slice(0..n))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlotGuard;
+
+    #[test]
+    fn a_slot_whose_upload_has_no_event_after_it_waits_for_the_context() {
+        // The copies reached the stream and the event followed them.
+        assert_eq!(SlotGuard::after_upload(true, true), SlotGuard::Event);
+        // The event could not be recorded after an enqueued copy: it guards nothing.
+        assert_eq!(SlotGuard::after_upload(true, false), SlotGuard::Context);
+        // Nothing was enqueued: the event's last recording (already waited for) still holds.
+        assert_eq!(SlotGuard::after_upload(false, false), SlotGuard::Event);
+        assert_eq!(SlotGuard::after_upload(false, true), SlotGuard::Event);
     }
 }

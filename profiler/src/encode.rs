@@ -25,6 +25,7 @@ pub(crate) struct GpuIds {
     pub host_end: u64,
     pub gpu_start: Option<u64>,
     pub gpu_end: Option<u64>,
+    pub gpu_end_at_host_return: bool,
     pub span: Option<u64>,
     pub location: Option<u32>,
     /// (name string id, grid, block, shared memory bytes)
@@ -277,6 +278,9 @@ impl Enc {
         }
         if g.kernel.is_some() {
             flags |= fl::KERNEL;
+        }
+        if g.gpu_end_at_host_return {
+            flags |= fl::GPU_END_AT_HOST_RETURN;
         }
         match g.host_memory {
             Some(HostMemory::Pinned) => flags |= fl::PINNED,
@@ -540,6 +544,7 @@ impl<W: Write> TraceWriter<W> {
             host_end: g.host_end,
             gpu_start: g.gpu_start,
             gpu_end: g.gpu_end,
+            gpu_end_at_host_return: g.gpu_end_at_host_return,
             span: g.span.map(|s| s.0),
             location,
             kernel,

@@ -70,6 +70,7 @@ pub(crate) mod gpu_flag {
     pub const KERNEL: u64 = 1 << 5;
     pub const PINNED: u64 = 1 << 6;
     pub const PAGEABLE: u64 = 1 << 7;
+    pub const GPU_END_AT_HOST_RETURN: u64 = 1 << 8;
 }
 
 /// Appends `v` as an unsigned LEB128 varint.

@@ -477,6 +477,10 @@ pub struct GpuEvent {
     pub gpu_start: Option<Nanos>,
     /// End of the work on the GPU, on the host clock after alignment (None until resolved).
     pub gpu_end: Option<Nanos>,
+    /// Whether `gpu_end` is the host time the call returned, not a CUDA event's time: a
+    /// blocking copy (device to pageable host memory) was over by then, and the event
+    /// recorded after it would count the host round trip as GPU time.
+    pub gpu_end_at_host_return: bool,
     /// The innermost span entered on the issuing thread, if any.
     pub span: Option<SpanId>,
     /// Source location of the caller.

@@ -852,6 +852,7 @@ impl<R: Read> TraceReader<R> {
             host_end,
             gpu_start,
             gpu_end,
+            gpu_end_at_host_return: flags & gpu_flag::GPU_END_AT_HOST_RETURN != 0,
             span,
             location,
             kernel,

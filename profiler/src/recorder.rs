@@ -31,7 +31,9 @@ use crate::model::{
     DeviceInfo, GpuOpKind, GpuSample, HostMemory, ModuleInfo, Nanos, SpanId, ThreadIndex,
 };
 use crate::session::{Shared, Side, kind, with_producer};
-use crate::writer::{GF_GPU_END, GF_GPU_START, GF_KERNEL, GF_LOCATION, GF_SPAN, GF_STREAM};
+use crate::writer::{
+    GF_GPU_END, GF_GPU_END_AT_HOST_RETURN, GF_GPU_START, GF_KERNEL, GF_LOCATION, GF_SPAN, GF_STREAM,
+};
 
 /// An interned string (for example a kernel name); get one from [`Recorder::intern`] once and
 /// reuse it. Valid only within the session that interned it.
@@ -76,6 +78,10 @@ pub struct GpuOp {
     pub gpu_start: Option<Nanos>,
     /// GPU end on the host clock, once known.
     pub gpu_end: Option<Nanos>,
+    /// Whether `gpu_end` is the host time the call returned rather than an event's time: a
+    /// blocking copy (device to pageable host memory) ends before its call returns, and an
+    /// event recorded after it would add the host round trip to its GPU time.
+    pub gpu_end_at_host_return: bool,
     /// Enclosing span (usually [`Recorder::current_span`] taken when the call was issued).
     pub span: Option<SpanId>,
     /// Caller location (`std::panic::Location::caller()` inside a `#[track_caller]` function).
@@ -99,6 +105,7 @@ impl GpuOp {
             host_end: 0,
             gpu_start: None,
             gpu_end: None,
+            gpu_end_at_host_return: false,
             span: None,
             location: None,
             kernel: None,
@@ -179,6 +186,7 @@ impl Recorder {
         set(op.span.is_some(), GF_SPAN);
         set(op.location.is_some(), GF_LOCATION);
         set(op.kernel.is_some(), GF_KERNEL);
+        set(op.gpu_end_at_host_return, GF_GPU_END_AT_HOST_RETURN);
         let mem = match op.host_memory {
             None => 0u64,
             Some(HostMemory::Pageable) => 1,

@@ -607,6 +607,7 @@ impl Writer {
             host_end: s1[3],
             gpu_start: (flags & GF_GPU_START != 0).then_some(s2[0]),
             gpu_end: (flags & GF_GPU_END != 0).then_some(s2[1]),
+            gpu_end_at_host_return: flags & GF_GPU_END_AT_HOST_RETURN != 0,
             span: (flags & GF_SPAN != 0).then_some(s2[2]),
             location,
             kernel,
@@ -679,6 +680,7 @@ pub(crate) const GF_STREAM: u64 = 4;
 pub(crate) const GF_SPAN: u64 = 8;
 pub(crate) const GF_LOCATION: u64 = 16;
 pub(crate) const GF_KERNEL: u64 = 32;
+pub(crate) const GF_GPU_END_AT_HOST_RETURN: u64 = 64;
 
 /// Hasher for pointer keys (callsite metadata, source locations): one multiply.
 #[derive(Default, Clone, Copy)]

@@ -58,6 +58,7 @@ fn sample_records() -> Vec<Record> {
             host_end: 5_500 + i * 1_000,
             gpu_start: i.is_multiple_of(2).then_some(5_200 + i * 1_000),
             gpu_end: i.is_multiple_of(4).then_some(9_000 + i * 1_000),
+            gpu_end_at_host_return: i == 4,
             span: (i != 3).then_some(SpanId(1)),
             location: (i != 5).then(|| loc.clone()),
             kernel: (kind == GpuOpKind::Kernel).then(|| KernelInfo {
@@ -255,6 +256,7 @@ fn gpu_operations_round_trip_through_the_recorder() {
                 host_end: t0 + 1_000,
                 gpu_start: Some(t0 + 200),
                 gpu_end: Some(t0 + 900),
+                gpu_end_at_host_return: kind == GpuOpKind::MemcpyDtoH,
                 span: Some(span),
                 location: Some(location),
                 kernel: (kind == GpuOpKind::Kernel).then_some(KernelLaunch {
@@ -322,6 +324,7 @@ fn gpu_operations_round_trip_through_the_recorder() {
         assert_eq!(g.host_memory, op.host_memory);
         assert_eq!((g.host_start, g.host_end), (op.host_start, op.host_end));
         assert_eq!((g.gpu_start, g.gpu_end), (op.gpu_start, op.gpu_end));
+        assert_eq!(g.gpu_end_at_host_return, op.gpu_end_at_host_return);
         assert_eq!(g.span, Some(*span));
         let loc = g.location.as_ref().expect("location");
         assert_eq!(

@@ -379,15 +379,27 @@ fn start() -> Result<String, String> {
         K::CUPTI_ACTIVITY_KIND_MEMORY2,
     ];
     let api_records = std::env::var("PERFKIT_INJECT_API_RECORDS").map_or(true, |v| v != "0");
-    for k in kinds {
+    let (enabled, failed) = enable_each(&kinds, |k| {
         // SAFETY: plain enable call.
         check(&format!("cuptiActivityEnable({k:?})"), unsafe {
             sys::cuptiActivityEnable(k)
-        })?;
-        ENABLED_KINDS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(k);
+        })
+    })?;
+    ENABLED_KINDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(enabled);
+    if !failed.is_empty() {
+        let failed = failed.join("; ");
+        say(format_args!(
+            "warning: {failed}; the other kinds of activity are recorded"
+        ));
+        tracing::event!(
+            name: "perfkit.inject_not_enabled",
+            target: "perfkit_inject",
+            tracing::Level::WARN,
+            failed = failed.as_str()
+        );
     }
 
     if api_records {
@@ -409,6 +421,27 @@ fn start() -> Result<String, String> {
         "recording CUDA activity with CUPTI {} ({cupti_path}) into {trace_path}",
         crate::version::describe(version)
     ))
+}
+
+/// Enables each of `kinds` with `enable`, keeping those that work: one kind this CUPTI refuses
+/// (a device or driver without it) leaves the others recorded. Returns the kinds enabled and
+/// the failures; an error only when none could be enabled.
+fn enable_each<K: Copy>(
+    kinds: &[K],
+    mut enable: impl FnMut(K) -> Result<(), String>,
+) -> Result<(Vec<K>, Vec<String>), String> {
+    let mut enabled = Vec::with_capacity(kinds.len());
+    let mut failed = Vec::new();
+    for &k in kinds {
+        match enable(k) {
+            Ok(()) => enabled.push(k),
+            Err(e) => failed.push(e),
+        }
+    }
+    if enabled.is_empty() && !kinds.is_empty() {
+        return Err(failed.join("; "));
+    }
+    Ok((enabled, failed))
 }
 
 /// API activity records (calls the callbacks did not see) only for the functions that issue
@@ -948,6 +981,23 @@ fn emit(state: &State, op: &Op) {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn one_activity_kind_refused_leaves_the_others_enabled() {
+        let enable = |k: u32| {
+            if k == 2 {
+                Err(format!("cuptiActivityEnable({k}) failed: not supported"))
+            } else {
+                Ok(())
+            }
+        };
+        let (enabled, failed) = enable_each(&[1, 2, 3], enable).unwrap();
+        assert_eq!(enabled, vec![1, 3]);
+        assert_eq!(failed, vec!["cuptiActivityEnable(2) failed: not supported"]);
+        // Nothing enabled: the injection does not start, and says why.
+        let err = enable_each(&[2], enable).unwrap_err();
+        assert!(err.contains("not supported"), "{err}");
+    }
 
     #[test]
     fn trace_names_keep_clear_of_the_programs_own() {

@@ -119,7 +119,17 @@ fn child(scenario: &str) {
         };
     }
     if scenario == "half-start" {
-        // The synchronization kind cannot be enabled: the start fails after others were.
+        // Driver API records can be enabled neither per function nor as a kind: the start
+        // fails after the activity kinds were enabled.
+        // SAFETY: plain C functions.
+        unsafe {
+            fake.get::<unsafe extern "C" fn()>(b"fake_fail_api_records\0")
+                .unwrap()();
+            fake.get::<unsafe extern "C" fn(i32)>(b"fake_fail_kind\0")
+                .unwrap()(sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER as i32)
+        };
+    }
+    if scenario == "one-kind-refused" {
         // SAFETY: plain C function.
         unsafe {
             fake.get::<unsafe extern "C" fn(i32)>(b"fake_fail_kind\0")
@@ -156,6 +166,25 @@ fn child(scenario: &str) {
             }
             println!("exiting inside a flush {}", in_flush());
         }
+        std::mem::forget(lib);
+        std::mem::forget(fake);
+        return;
+    }
+    if scenario == "one-kind-refused" {
+        // SAFETY: plain C function of the stand-in.
+        let enabled = unsafe {
+            fake.get::<unsafe extern "C" fn(i32) -> i32>(b"fake_kind_enabled\0")
+                .unwrap()
+        };
+        use sys::CUpti_ActivityKind as K;
+        // SAFETY: as above.
+        let (memcpy, sync) = unsafe {
+            (
+                enabled(K::CUPTI_ACTIVITY_KIND_MEMCPY as i32),
+                enabled(K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION as i32),
+            )
+        };
+        println!("kinds enabled: memcpy {memcpy}, synchronization {sync}");
         std::mem::forget(lib);
         std::mem::forget(fake);
         return;
@@ -524,6 +553,27 @@ fn another_cupti_client_is_reported_and_nothing_is_written() {
         "{stderr}"
     );
     assert!(!t.path().join("trace").exists());
+}
+
+#[test]
+fn an_activity_kind_refused_leaves_the_others_recorded_and_is_named() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    let (stdout, stderr, _t) = run_child(
+        "one-kind-refused",
+        "an_activity_kind_refused_leaves_the_others_recorded_and_is_named",
+    );
+    assert!(stdout.contains("initialize returned 1"), "{stdout}");
+    assert!(
+        stdout.contains("kinds enabled: memcpy 1, synchronization 0"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION) failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("recording CUDA activity"), "{stderr}");
 }
 
 #[test]

@@ -34,11 +34,17 @@
 //! - GPU timestamps are `elapsed(reference, event)` after a reference event whose host
 //!   time is known: it is recorded on the idle stream and polled until complete (a few
 //!   microseconds), and its host time is the middle of that window. The reference is
-//!   refreshed after a synchronize once it is more than a second old (clock drift),
+//!   refreshed once it is more than a second old (clock drift) whenever the stream is
+//!   idle: after a synchronize, an event wait or a blocking copy; the drift of the reference
+//!   replaced is written to the trace as a `perfkit.clock_drift` event,
 //!   and a resolved event more than a second after it becomes the new reference, so
 //!   `f32` milliseconds never span long intervals.
+//! - A copy to pageable host memory (`clone_dtoh`, `memcpy_dtoh` into a `Vec`) returns only
+//!   once it is over, so its end event, recorded after the call, would add the host round
+//!   trip: its GPU end is bounded by the host return, and the trace says so
+//!   ([`GpuEvent::gpu_end_at_host_return`](crate::model::GpuEvent::gpu_end_at_host_return)).
 //! - Synchronizations and allocations have host times only; device memory in use is
-//!   sampled after allocations and (at most every 10 ms) after synchronizations.
+//!   sampled after allocations and synchronizations, at most every 10 ms.
 //!
 //! cudarc panics at the first driver call when `libcuda` is missing, so the entry
 //! points ([`open_device`], [`device_count`], [`devices`]) check for the driver first

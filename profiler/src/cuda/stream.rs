@@ -13,7 +13,9 @@ use cudarc::driver::{
 
 use super::error::{CudaError, driver};
 use super::host::{HostBuffer, bytes_of};
-use super::timing::{Resolved, Timeline, TimingEvents, anchor_time};
+use super::timing::{
+    Resolved, Timeline, TimingEvents, anchor_time, bound_by_host_return, returns_when_done,
+};
 use crate::model::{GpuOpKind, HostMemory, Nanos};
 use crate::recorder::{GpuOp, KernelLaunch, Recorder};
 
@@ -38,7 +40,9 @@ const ANCHOR_GOOD_WINDOW_NS: Nanos = 20_000;
 /// the drift between the GPU and host clocks never accumulates over a long run.
 const REANCHOR_AFTER_NS: Nanos = 1_000_000_000;
 
-/// Minimum interval between two device memory samples taken at synchronizations.
+/// Minimum interval between two device memory samples (`cuMemGetInfo` takes microseconds:
+/// after every allocation of a loop that allocates per sample it would dominate the cost
+/// of the allocations the reports measure).
 const MEMORY_SAMPLE_NS: Nanos = 10_000_000;
 
 struct State {
@@ -282,7 +286,24 @@ impl ProfiledStream {
                 break;
             }
         }
-        if let Some((event, host_ns, _)) = best {
+        if let Some((event, host_ns, window)) = best {
+            // How far the previous reference had drifted, for the trace: what the reports'
+            // GPU intervals may be off by at the end of a reference's life.
+            match st.timeline.drift_to(&self.events(), &event, host_ns) {
+                Ok(Some(d)) => tracing::event!(
+                    name: "perfkit.clock_drift",
+                    target: "perfkit_profiler",
+                    tracing::Level::INFO,
+                    device = self.device,
+                    stream = self.handle,
+                    drift_ns = d.drift_ns,
+                    over_ns = d.over_ns,
+                    window_ns = window,
+                ),
+                Ok(None) => {}
+                Err(CudaError::Driver { source, .. }) => self.hand_back(source),
+                Err(_) => {}
+            }
             st.timeline.set_anchor(event, host_ns);
             st.anchored_at = Some(host_ns);
         }
@@ -337,10 +358,21 @@ impl ProfiledStream {
         result
     }
 
+    /// Writes `op` with its GPU times, if known. A blocking copy's end is bounded by the host
+    /// return (and marked so in the trace): its end event was recorded after the call came
+    /// back, so the event's time would count the host round trip as GPU time.
     fn emit(&self, rec: &Recorder, op: &GpuOp, gpu: Option<(Nanos, Nanos)>) {
         let mut op = *op;
         op.gpu_start = gpu.map(|g| g.0);
         op.gpu_end = gpu.map(|g| g.1);
+        if let Some((start, end)) = gpu
+            && returns_when_done(op.kind, op.host_memory)
+        {
+            let (start, end, bounded) = bound_by_host_return(start, end, op.host_end);
+            op.gpu_start = Some(start);
+            op.gpu_end = Some(end);
+            op.gpu_end_at_host_return = bounded;
+        }
         rec.gpu(&op);
     }
 
@@ -450,6 +482,13 @@ impl ProfiledStream {
         }
         // Cheap: one `cuEventQuery` on the oldest operation when nothing finished yet.
         self.drain(&rec, &mut st)?;
+        if result.is_ok() && returns_when_done(meta.kind, meta.host_memory) {
+            // A blocking copy returned: everything before it is done, and what is left is at
+            // most its end event, so a stale reference is renewed in microseconds.
+            let idle = st.timeline.pending() <= 1;
+            self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)?;
+            self.drain(&rec, &mut st)?;
+        }
         result
     }
 
@@ -471,7 +510,9 @@ impl ProfiledStream {
         self.emit(&rec, &meta, None);
         if kind == GpuOpKind::Alloc && result.is_ok() {
             let mut st = self.lock();
-            self.sample_memory(&rec, &mut st);
+            if memory_sample_due(st.last_memory_sample, meta.host_end) {
+                self.sample_memory(&rec, &mut st);
+            }
         }
         result
     }
@@ -695,17 +736,10 @@ impl ProfiledStream {
         result?;
         let mut st = self.lock();
         self.drain(&rec, &mut st)?;
-        let stale = st
-            .anchored_at
-            .is_none_or(|t| meta.host_end.saturating_sub(t) > REANCHOR_AFTER_NS);
-        if stale && st.timeline.pending() == 0 {
-            // The stream is idle right now: a fresh reference costs microseconds.
-            self.anchor(&rec, &mut st, ANCHOR_WAIT_NS)?;
-        }
-        if st
-            .last_memory_sample
-            .is_none_or(|t| meta.host_end.saturating_sub(t) > MEMORY_SAMPLE_NS)
-        {
+        // The stream is idle right now: a fresh reference costs microseconds.
+        let idle = st.timeline.pending() == 0;
+        self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)?;
+        if memory_sample_due(st.last_memory_sample, meta.host_end) {
             self.sample_memory(&rec, &mut st);
         }
         Ok(())
@@ -732,21 +766,22 @@ impl ProfiledStream {
         result?;
         let mut st = self.lock();
         self.drain(&rec, &mut st)?;
-        self.reanchor_if_idle(&rec, &mut st, meta.host_end)
+        let idle = st.timeline.pending() == 0;
+        self.reanchor_if_stale(&rec, &mut st, meta.host_end, idle)
     }
 
-    /// Renews the clock reference when it is stale (or was never taken) and the stream has
-    /// nothing in flight, so that long runs that rarely synchronize do not drift.
-    fn reanchor_if_idle(
+    /// Renews the clock reference when it is stale (or was never taken) and the stream is
+    /// `idle` (nothing in flight but, at most, the end event of a blocking copy), so that
+    /// long runs that rarely synchronize do not drift. The drift of the reference replaced
+    /// is recorded (`perfkit.clock_drift`).
+    fn reanchor_if_stale(
         &self,
         rec: &Recorder,
         st: &mut State,
         now: Nanos,
+        idle: bool,
     ) -> Result<(), CudaError> {
-        let stale = st
-            .anchored_at
-            .is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS);
-        if stale && st.timeline.pending() == 0 {
+        if should_reanchor(st.anchored_at, now, idle) {
             self.anchor(rec, st, ANCHOR_WAIT_NS)?;
         }
         Ok(())
@@ -824,6 +859,17 @@ impl Drop for ProfiledStream {
             self.emit(&rec, &meta, None);
         }
     }
+}
+
+/// Whether to take a new clock reference at `now`: the stream is idle and the reference
+/// (taken at `anchored_at`) is missing or older than [`REANCHOR_AFTER_NS`].
+fn should_reanchor(anchored_at: Option<Nanos>, now: Nanos, idle: bool) -> bool {
+    idle && anchored_at.is_none_or(|t| now.saturating_sub(t) > REANCHOR_AFTER_NS)
+}
+
+/// Whether device memory may be sampled again at `now`, the last sample taken at `last`.
+fn memory_sample_due(last: Option<Nanos>, now: Nanos) -> bool {
+    last.is_none_or(|t| now.saturating_sub(t) > MEMORY_SAMPLE_NS)
 }
 
 /// [`CudaError::LengthMismatch`] for `op` when the destination (`dst` elements) is shorter
@@ -935,5 +981,44 @@ impl<'a> ProfiledLaunch<'a> {
                     .map_err(driver("cuLaunchKernel"))
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_is_renewed_only_when_stale_and_the_stream_idle() {
+        let second = REANCHOR_AFTER_NS;
+        assert!(should_reanchor(None, 0, true), "never anchored");
+        assert!(!should_reanchor(None, 0, false), "busy stream");
+        assert!(
+            !should_reanchor(Some(10), 10 + second, true),
+            "not stale yet"
+        );
+        assert!(should_reanchor(Some(10), 11 + second, true));
+        assert!(!should_reanchor(Some(10), 11 + second, false));
+        // A clock read before the reference never underflows.
+        assert!(!should_reanchor(Some(10), 5, true));
+    }
+
+    #[test]
+    fn device_memory_is_sampled_at_most_every_interval() {
+        assert!(memory_sample_due(None, 0));
+        // A thousand allocations within one interval ask the driver once.
+        let asked = (0..1000u64)
+            .scan(None, |last, i| {
+                let now = i * 1_000; // one allocation per microsecond
+                let due = memory_sample_due(*last, now);
+                if due {
+                    *last = Some(now);
+                }
+                Some(due)
+            })
+            .filter(|&d| d)
+            .count();
+        assert_eq!(asked, 1);
+        assert!(memory_sample_due(Some(0), MEMORY_SAMPLE_NS + 1));
     }
 }

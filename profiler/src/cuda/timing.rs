@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::error::CudaError;
-use crate::model::Nanos;
+use crate::model::{GpuOpKind, HostMemory, Nanos};
 
 /// What the timeline needs from an event implementation (CUDA events in the product).
 pub(crate) trait TimingEvents {
@@ -78,6 +78,49 @@ pub(crate) fn anchor_time(before: Nanos, after: Nanos) -> (Nanos, Nanos) {
     (before + (after - before) / 2, after - before)
 }
 
+/// The clock drift seen when a new reference event observed at `new_host_ns` replaces one at
+/// `old_host_ns`, `elapsed_ms` GPU milliseconds before it: the new reference's host time minus
+/// the time the old reference predicted for it (positive: the host clock ran faster than the
+/// GPU's), in nanoseconds.
+#[must_use]
+pub(crate) fn drift_ns(old_host_ns: Nanos, elapsed_ms: f32, new_host_ns: Nanos) -> i64 {
+    let predicted = i128::from(align(old_host_ns, elapsed_ms));
+    let d = i128::from(new_host_ns) - predicted;
+    i64::try_from(d).unwrap_or(if d < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Drift between two clock references (see [`Timeline::drift_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Drift {
+    /// The new reference's host time minus the time the previous one predicted for it.
+    pub(crate) drift_ns: i64,
+    /// Host nanoseconds since the previous reference.
+    pub(crate) over_ns: Nanos,
+}
+
+/// Whether the call that enqueues an operation returns only once the operation is over: a
+/// copy from the device to pageable host memory (the driver stages it and waits). Its end
+/// event is recorded after the call returns, so the event's time adds the host round trip.
+#[must_use]
+pub(crate) fn returns_when_done(kind: GpuOpKind, host_memory: Option<HostMemory>) -> bool {
+    kind == GpuOpKind::MemcpyDtoH && host_memory == Some(HostMemory::Pageable)
+}
+
+/// The GPU times of an operation whose call returned at `host_end` only once it was over
+/// (see [`returns_when_done`]): the end is bounded by the host return, the start by the end.
+/// Returns the times and whether the end was moved to the host return.
+#[must_use]
+pub(crate) fn bound_by_host_return(
+    gpu_start: Nanos,
+    gpu_end: Nanos,
+    host_end: Nanos,
+) -> (Nanos, Nanos, bool) {
+    if gpu_end <= host_end {
+        return (gpu_start, gpu_end, false);
+    }
+    (gpu_start.min(host_end), host_end, true)
+}
+
 /// Events in flight for one stream; `P` is what the caller keeps with each operation.
 pub(crate) struct Timeline<E, P> {
     free: Vec<E>,
@@ -107,6 +150,24 @@ impl<E, P> Timeline<E, P> {
         if let Some(old) = self.anchor.replace(Anchor { event, host_ns }) {
             self.free.push(old.event);
         }
+    }
+
+    /// The drift of the installed reference measured against `event`, a complete event observed
+    /// at `host_ns` that is about to replace it; `None` without a reference.
+    pub(crate) fn drift_to<B: TimingEvents<Event = E>>(
+        &self,
+        backend: &B,
+        event: &E,
+        host_ns: Nanos,
+    ) -> Result<Option<Drift>, CudaError> {
+        let Some(anchor) = self.anchor.as_ref() else {
+            return Ok(None);
+        };
+        let elapsed = backend.elapsed_ms(&anchor.event, event)?;
+        Ok(Some(Drift {
+            drift_ns: drift_ns(anchor.host_ns, elapsed, host_ns),
+            over_ns: host_ns.saturating_sub(anchor.host_ns),
+        }))
     }
 
     /// Whether a reference event is installed.
@@ -355,6 +416,68 @@ mod tests {
         assert_eq!(anchor_time(100, 140), (120, 40));
         // A clock that went backwards gives a zero-width window, never an underflow.
         assert_eq!(anchor_time(100, 90), (100, 0));
+    }
+
+    #[test]
+    fn drift_is_the_new_reference_minus_the_old_ones_prediction() {
+        // 1 s of GPU time after a reference at 5 ms: predicted at 1.005 s.
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_005_000_000), 0);
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_005_012_000), 12_000);
+        assert_eq!(drift_ns(5_000_000, 1000.0, 1_004_990_000), -10_000);
+    }
+
+    #[test]
+    fn a_new_reference_measures_the_drift_of_the_old_one() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 8, 1_000_000);
+        let e = t.take_event(&gpu).unwrap().unwrap();
+        gpu.record(&e).unwrap();
+        // The GPU sees the new reference 2000 ms after the old one; the host 2000.05 ms.
+        gpu.run(1, 2000.0, 0.0);
+        let d = t.drift_to(&gpu, &e, 2_001_050_000).unwrap().unwrap();
+        assert_eq!(d.over_ns, 2_000_050_000);
+        assert!((d.drift_ns - 50_000).abs() < 1_000, "{d:?}");
+        t.set_anchor(e, 2_001_050_000);
+        let fresh: Timeline<usize, u64> = Timeline::new(4);
+        assert_eq!(fresh.drift_to(&gpu, &0, 0).unwrap(), None);
+    }
+
+    #[test]
+    fn only_copies_to_pageable_host_memory_return_when_done() {
+        assert!(returns_when_done(
+            GpuOpKind::MemcpyDtoH,
+            Some(HostMemory::Pageable)
+        ));
+        assert!(!returns_when_done(
+            GpuOpKind::MemcpyDtoH,
+            Some(HostMemory::Pinned)
+        ));
+        // A pageable upload returns once the data is staged, before the DMA is over.
+        assert!(!returns_when_done(
+            GpuOpKind::MemcpyHtoD,
+            Some(HostMemory::Pageable)
+        ));
+        assert!(!returns_when_done(GpuOpKind::Kernel, None));
+    }
+
+    #[test]
+    fn a_blocking_copy_ends_no_later_than_its_call_returned() {
+        // A 4-byte readback: on the GPU from 1_000 to 1_003 us, the call returned at 1_010 us,
+        // and the end event recorded afterwards completed at 1_040 us.
+        assert_eq!(
+            bound_by_host_return(1_000_000, 1_040_000, 1_010_000),
+            (1_000_000, 1_010_000, true)
+        );
+        // An end event already before the host return is kept.
+        assert_eq!(
+            bound_by_host_return(1_000_000, 1_005_000, 1_010_000),
+            (1_000_000, 1_005_000, false)
+        );
+        // A start past the host return (clock reference error) is never after the end.
+        assert_eq!(
+            bound_by_host_return(1_020_000, 1_040_000, 1_010_000),
+            (1_010_000, 1_010_000, true)
+        );
     }
 
     #[test]

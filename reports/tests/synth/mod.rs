@@ -247,6 +247,7 @@ impl<W: Write> Synth<W> {
             host_end: host.1,
             gpu_start,
             gpu_end,
+            gpu_end_at_host_return: false,
             span: self.current(thread),
             location,
             kernel: kernel.map(|k| KernelInfo {

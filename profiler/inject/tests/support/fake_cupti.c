@@ -105,8 +105,11 @@ CUptiResult cuptiActivityDisable(int kind) {
     return SUCCESS;
 }
 
+static int g_fail_api_records = 0;
+void fake_fail_api_records(void) { g_fail_api_records = 1; }
+
 CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
-    if (cbid >= 16) return INVALID_PARAMETER;
+    if (cbid >= 16 || g_fail_api_records) return INVALID_PARAMETER;
     g_api_records[1][cbid] = enable;
     return SUCCESS;
 }
