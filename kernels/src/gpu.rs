@@ -736,11 +736,17 @@ impl GpuMlp {
         // Waits only for the uploads that last read this slot, two batches ago (an event
         // never recorded yet is complete).
         // Recorded: a host stall when the GPU is two batches behind.
-        match self.staging.guard[slot] {
-            SlotGuard::Event => self.stream.wait_event(&self.staging.read[slot])?,
-            SlotGuard::Context => self.stream.synchronize()?,
+        // A slot left uncovered by a failed upload (its event could not be recorded and the
+        // stream could not be synchronized) is never rewritten: the context is broken.
+        if let SlotGuard::Context = self.staging.guard[slot] {
+            return Err(GpuError::Cuda(CudaError::Driver {
+                op: "cuStreamSynchronize",
+                source: cudarc::driver::DriverError(
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_ILLEGAL_STATE,
+                ),
+            }));
         }
-        self.staging.guard[slot] = SlotGuard::Event;
+        self.stream.wait_event(&self.staging.read[slot])?;
         pinned_x
             .as_mut_slice()
             .map_err(driver("cuEventSynchronize"))?
@@ -761,8 +767,16 @@ impl GpuMlp {
             .record(self.stream.stream())
             .map_err(driver("cuEventRecord"));
         self.staging.guard[slot] = SlotGuard::after_upload(enqueued, recorded.is_ok());
+        if let Err(error) = recorded {
+            // No event covers the copy just enqueued: wait for the stream here, on this failure
+            // path only, so the slot is never rewritten or freed under it.
+            if self.staging.guard[slot] == SlotGuard::Context && self.stream.synchronize().is_ok() {
+                self.staging.guard[slot] = SlotGuard::Event;
+            }
+            copied?;
+            return Err(error);
+        }
         copied?;
-        recorded?;
         Ok(())
     }
 

@@ -46,6 +46,7 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         interned: Default::default(),
         call_at: Default::default(),
         infer_depth: Default::default(),
+        failure_depth: 0,
         trait_of_impl: Vec::new(),
         generics: Vec::new(),
         scopes: Vec::new(),
@@ -72,6 +73,9 @@ struct Collector<'a> {
     self_ty: Vec<Option<String>>,
     /// The innermost impl type, interned once per impl.
     self_ty_interned: Vec<Option<&'a str>>,
+    /// Inside code that runs only when something failed (`if let Err(..)`, an `Err(..)` arm, a
+    /// `map_err`/`or_else`/`unwrap_or_else` closure): not per-step code.
+    failure_depth: usize,
     /// How deep the type and device inference currently is.
     infer_depth: std::cell::Cell<usize>,
     /// Calls recorded so far, by the start of their name: to refer to a call's value.
@@ -187,6 +191,28 @@ fn is_modulo_guard(cond: &Expr) -> bool {
         },
         Expr::Paren(p) => is_modulo_guard(&p.expr),
         Expr::MethodCall(m) => m.method == "is_multiple_of",
+        _ => false,
+    }
+}
+
+/// `if let Err(..) = x`, `if x.is_err()`: the branch runs only when something failed.
+fn is_failure_test(cond: &Expr) -> bool {
+    match cond {
+        Expr::Let(l) => is_err_pattern(&l.pat),
+        Expr::MethodCall(m) => m.method == "is_err",
+        Expr::Paren(p) => is_failure_test(&p.expr),
+        Expr::Binary(b) if matches!(b.op, syn::BinOp::And(_)) => {
+            is_failure_test(&b.left) || is_failure_test(&b.right)
+        }
+        _ => false,
+    }
+}
+
+/// `Err(..)` (also `Err(_) | ..`).
+fn is_err_pattern(pat: &syn::Pat) -> bool {
+    match pat {
+        syn::Pat::TupleStruct(t) => t.path.segments.last().is_some_and(|s| s.ident == "Err"),
+        syn::Pat::Or(o) => o.cases.iter().all(is_err_pattern),
         _ => false,
     }
 }
@@ -399,6 +425,7 @@ impl<'a> Collector<'a> {
             guard_kind: self.guard_stack.last().map_or(GuardKind::Modulo, |g| g.1),
             in_test: self.test_depth > 0,
             in_macro: self.macro_depth > 0,
+            on_failure: self.failure_depth > 0,
         });
         index
     }
@@ -1101,7 +1128,10 @@ impl<'a> Visit<'a> for Collector<'a> {
     fn visit_arm(&mut self, arm: &'a syn::Arm) {
         self.scopes.push(Vec::new());
         self.shadow(&arm.pat);
+        let failure = is_err_pattern(&arm.pat);
+        self.failure_depth += usize::from(failure);
         visit::visit_arm(self, arm);
+        self.failure_depth -= usize::from(failure);
         self.scopes.pop();
     }
 
@@ -1196,6 +1226,8 @@ impl<'a> Visit<'a> for Collector<'a> {
         let kind = self.guard_kind(&e.cond).or_else(|| {
             Self::is_counter_guard(&e.cond, &e.then_branch).then_some(GuardKind::Counter)
         });
+        let failure = is_failure_test(&e.cond);
+        self.failure_depth += usize::from(failure);
         if let Some(kind) = kind {
             self.guard_stack
                 .push((self.loop_stack.last().copied(), kind));
@@ -1204,6 +1236,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         } else {
             self.visit_block(&e.then_branch);
         }
+        self.failure_depth -= usize::from(failure);
         if let Some((_, else_branch)) = &e.else_branch {
             self.visit_expr(else_branch);
         }
@@ -1218,6 +1251,11 @@ impl<'a> Visit<'a> for Collector<'a> {
             || (iteration == IterationMethod::IfIterator && is_iterator_like(&e.receiver));
         let transfer = is_transfer_method(name);
         self.device_arg_depth += usize::from(transfer);
+        let failure = matches!(
+            name,
+            "map_err" | "or_else" | "unwrap_or_else" | "inspect_err" | "map_or_else"
+        );
+        self.failure_depth += usize::from(failure);
         for arg in &e.args {
             match arg {
                 Expr::Closure(closure) if is_loop => {
@@ -1228,6 +1266,7 @@ impl<'a> Visit<'a> for Collector<'a> {
                 _ => self.visit_expr(arg),
             }
         }
+        self.failure_depth -= usize::from(failure);
         self.device_arg_depth -= usize::from(transfer);
         self.fill_devices(index);
     }

@@ -205,6 +205,9 @@ pub struct CallFact<'a> {
     pub in_test: bool,
     /// Inside the arguments of a macro (`println!`, `format!`, ...).
     pub in_macro: bool,
+    /// Inside code that runs only when something failed (`if let Err(..)`, an `Err(..)` match
+    /// arm, an `is_err()` test, a `map_err`/`or_else`/`unwrap_or_else` closure).
+    pub on_failure: bool,
     /// The receiver's type, for method calls, as far as the crate declares it.
     pub recv_ty: TypeHint<'a>,
     /// The device of the value the call works on (the receiver of a method call, the arguments of

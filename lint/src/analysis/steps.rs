@@ -522,7 +522,7 @@ impl CrateAnalysis {
         let mut seeds_lowered = Vec::new();
         for (fi, file) in files.iter().enumerate() {
             for (ci, call) in file.facts.calls.iter().enumerate() {
-                if in_test(fi, call) || targets[fi][ci].is_empty() {
+                if in_test(fi, call) || call.on_failure || targets[fi][ci].is_empty() {
                     continue;
                 }
                 let Some(l) = analysis.innermost_step_loop(files, fi, call.loop_idx) else {
@@ -555,7 +555,8 @@ impl CrateAnalysis {
                 for &ci in &fn_calls[global(g)] {
                     let call = &file.facts.calls[ci];
                     // Calls inside the function's own step loops are seeds of their own.
-                    if analysis.inside_any_step_loop(files, g.0, call.loop_idx) {
+                    // Failure paths run only when something went wrong.
+                    if analysis.inside_any_step_loop(files, g.0, call.loop_idx) || call.on_failure {
                         continue;
                     }
                     let unguarded = reach.unguarded && call.guard.is_none();
@@ -907,7 +908,8 @@ impl CrateAnalysis {
         file: FileId,
         call: &CallFact<'_>,
     ) -> Option<StepHit> {
-        if call.in_test {
+        // Test code, and code that runs only when something failed, is not per-step code.
+        if call.in_test || call.on_failure {
             return None;
         }
         let files = cx.files();
