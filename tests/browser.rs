@@ -2,7 +2,8 @@
 //! charts and flamegraph rendered, and strings from the traced program shown literally
 //! without running. Screenshots are saved under `target/perfkit-browser/` for people to look at.
 //!
-//! Without chromium the tests say so and return, except with `CI=true`, where they fail.
+//! Where the build found no chromium (see `build.rs`) the browser tests are reported as
+//! ignored, with the reason; with `CI=true` they always run and fail without it.
 //! `PERFKIT_CHROMIUM` names the browser binary when it is not `chromium` on the `PATH`.
 
 #[path = "../reports/tests/synth/mod.rs"]
@@ -35,22 +36,11 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-/// The browser, or `None` (after saying why) when it is missing outside CI.
-fn browser_or_skip() -> Option<PathBuf> {
-    match chromium() {
-        Some(p) => Some(p),
-        None if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!(
-                "chromium not found and CI=true: install it (apt-get install -y chromium) or set PERFKIT_CHROMIUM"
-            )
-        }
-        None => {
-            eprintln!(
-                "SKIPPED: chromium not found (install Debian's chromium or set PERFKIT_CHROMIUM)"
-            );
-            None
-        }
-    }
+/// The browser; a test that asks for it fails where it is missing.
+fn browser() -> PathBuf {
+    chromium().expect(
+        "chromium not found: install it (apt-get install -y chromium) or set PERFKIT_CHROMIUM",
+    )
 }
 
 fn screenshot_dir() -> PathBuf {
@@ -174,10 +164,12 @@ fn attr_number(dom: &str, marker: &str) -> u64 {
 }
 
 #[test]
+#[cfg_attr(
+    not(perfkit_browser_test),
+    ignore = "chromium not found at build time: apt-get install chromium, or set PERFKIT_CHROMIUM"
+)]
 fn report_renders_without_console_messages() {
-    let Some(browser) = browser_or_skip() else {
-        return;
-    };
+    let browser = browser();
     let dir = tempfile::tempdir().expect("tempdir");
     let finding = Finding {
         code: "PK101".to_owned(),
@@ -273,19 +265,16 @@ fn report_renders_without_console_messages() {
     assert!(size > 20_000, "screenshot written ({size} bytes)");
 }
 
-#[test]
-fn strings_from_the_traced_program_never_run() {
-    let Some(browser) = browser_or_skip() else {
-        return;
-    };
-    const SCRIPT: &str = "<script>alert(1)</script>";
-    const IMG: &str = "\"><img src=x onerror=alert(1)>";
-    let dir = tempfile::tempdir().expect("tempdir");
+const SCRIPT: &str = "<script>alert(1)</script>";
+const IMG: &str = "\"><img src=x onerror=alert(1)>";
+
+/// A report of a program whose span and kernel names are HTML payloads, rendered through the
+/// command line as a user would; returns the page, checked to hold the payloads escaped.
+fn hostile_report(dir: &Path) -> PathBuf {
     let mut wl = Workload::tuned();
     wl.spans = [SCRIPT, IMG, "forward\u{2028}</script>", "optimizer"];
     wl.kernels = [SCRIPT, IMG, "adam_update"];
-    // Through the command line, as a user would.
-    let traces = dir.path().join("traces");
+    let traces = dir.join("traces");
     std::fs::create_dir_all(&traces).expect("traces dir");
     std::fs::write(
         traces.join("train-1.pktrace"),
@@ -294,18 +283,37 @@ fn strings_from_the_traced_program_never_run() {
     .expect("trace");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_perfkit"))
         .args(["report", "--format", "html", "--out"])
-        .arg(dir.path())
+        .arg(dir)
         .arg(&traces)
         .stdout(Stdio::null())
         .status()
         .expect("run perfkit report");
     assert!(status.success());
-    let page = dir.path().join("report.html");
+    let page = dir.join("report.html");
     let html = std::fs::read_to_string(&page).expect("page");
     assert!(
         !html.contains(SCRIPT) && !html.contains("<img src=x"),
         "payloads are escaped in the file"
     );
+    page
+}
+
+/// The file half, which needs no browser and always runs.
+#[test]
+fn strings_from_the_traced_program_are_escaped_in_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    hostile_report(dir.path());
+}
+
+#[test]
+#[cfg_attr(
+    not(perfkit_browser_test),
+    ignore = "chromium not found at build time: apt-get install chromium, or set PERFKIT_CHROMIUM"
+)]
+fn strings_from_the_traced_program_never_run() {
+    let browser = browser();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = hostile_report(dir.path());
     // An injected handler or script would run (console) or be blocked by the CSP (console too).
     let dom = rendered_dom(&browser, &page);
     // Shown literally: the serialised DOM holds the payloads as escaped text in table cells.
@@ -327,7 +335,7 @@ fn strings_from_the_traced_program_never_run() {
         "only the report's own two script elements"
     );
     let shot = screenshot_dir().join("report-xss.png");
-    chromium_run(
+    let run = chromium_run(
         &browser,
         &page,
         &[
@@ -335,15 +343,22 @@ fn strings_from_the_traced_program_never_run() {
             format!("--screenshot={}", shot.display()),
         ],
     );
+    assert!(
+        run.console.is_empty(),
+        "console messages while taking the screenshot: {:#?}",
+        run.console
+    );
 }
 
 /// A run with no GPU work at all (a CPU run): the step chart shows whole steps, not a
 /// breakdown that would read as 100 % GPU idle.
 #[test]
+#[cfg_attr(
+    not(perfkit_browser_test),
+    ignore = "chromium not found at build time: apt-get install chromium, or set PERFKIT_CHROMIUM"
+)]
 fn a_run_without_gpu_work_charts_whole_steps() {
-    let Some(browser) = browser_or_skip() else {
-        return;
-    };
+    let browser = browser();
     let dir = tempfile::tempdir().expect("tempdir");
     let traces = dir.path().join("traces");
     std::fs::create_dir_all(&traces).expect("traces dir");

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use assert_cmd::Command as Cmd;
 use perfkit_profiler::model::Record;
@@ -356,47 +356,49 @@ fn sigterm_to_perfkit_reaches_the_program() {
     assert!(ns(&s["steps"]["count"]) > 0, "{}", s["steps"]);
 }
 
+/// Counts the records of a trace that read back, and says how it ended.
+fn count_records(trace: &Path) -> (u64, TraceStatus) {
+    let mut reader = TraceReader::open(trace).unwrap();
+    let mut records = 0u64;
+    for record in reader.by_ref() {
+        record.expect("a killed trace reads back without error");
+        records += 1;
+    }
+    (records, reader.status().clone())
+}
+
 #[test]
-fn sigkill_mid_run_leaves_a_trace_up_to_about_100ms_before_the_kill() {
+fn sigkill_mid_run_leaves_a_readable_trace_with_all_it_flushed() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let child = spawn_profile(&run, &["--steps", "10000000", "--print-every", "0"]);
     let (trace, pid) = wait_for_trace(&run);
-    // Let it run for a while so several flushes have happened.
-    std::thread::sleep(Duration::from_millis(400));
-    let killed_at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
+    // Wait (on the file, not the clock) until several periodic flushes have brought records.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let before_kill = loop {
+        // The file is being written: a chunk in flight may not read yet.
+        let records =
+            TraceReader::open(&trace).map_or(0, |r| r.filter_map(Result::ok).count() as u64);
+        if records > 100 {
+            break records;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {records} records reached the file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     kill(pid, "KILL");
     let out = child.wait_with_output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
     assert!(stderr.contains("run incomplete"), "{stderr}");
 
-    let mut reader = TraceReader::open(&trace).unwrap();
-    let start = u128::from(reader.header().start_unix_ns);
-    let mut last_ts = 0u64;
-    let mut records = 0u64;
-    for record in reader.by_ref() {
-        let record = record.expect("a killed trace reads back without error");
-        records += 1;
-        last_ts = last_ts.max(record.ts().unwrap_or(0));
-    }
-    assert!(
-        matches!(reader.status(), TraceStatus::Cut { .. }),
-        "{:?}",
-        reader.status()
-    );
-    assert!(records > 100, "only {records} records");
-    let last_at = start + u128::from(last_ts);
-    let gap_ms = killed_at.saturating_sub(last_at) as f64 / 1e6;
-    println!("last record {gap_ms:.1} ms before the kill ({records} records)");
-    // The writer flushes at least every 100 ms; leave room for a loaded machine's scheduling.
-    assert!(
-        gap_ms <= 250.0,
-        "last record {gap_ms:.1} ms before the kill"
-    );
+    // Everything that reached the file before the kill still reads back. (How long before
+    // the kill the last record lies is measured by the profiler's `kill_gap` benchmark.)
+    let (records, status) = count_records(&trace);
+    assert!(matches!(status, TraceStatus::Cut { .. }), "{status:?}");
+    assert!(records >= before_kill, "{records} < {before_kill}");
 
     let s = read_summary(&run);
     assert_eq!(s["run"]["incomplete"], true);

@@ -1,6 +1,7 @@
-//! Pinned host memory uploads faster than pageable memory, as measured by the CUDA
-//! recorder itself. Run with `cargo test -p perfkit-profiler --test cuda_bandwidth --
-//! --ignored` on a GPU machine; without one it fails.
+//! Large pinned and pageable uploads are recorded as such, with GPU times. Run with
+//! `cargo test -p perfkit-profiler --test cuda_bandwidth -- --ignored` on a GPU machine;
+//! without one it fails. Which is faster is a measurement, not a test: `train --bench`
+//! prints the pinned and pageable bandwidth side by side.
 
 #![cfg(feature = "cuda")]
 
@@ -12,7 +13,7 @@ const BYTES: usize = 64 << 20;
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn pinned_uploads_are_faster_than_pageable_uploads() {
+fn pinned_and_pageable_uploads_are_recorded_with_their_gpu_times() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bw.pktrace");
     let guard = Builder::new()
@@ -35,7 +36,6 @@ fn pinned_uploads_are_faster_than_pageable_uploads() {
     drop(stream);
     guard.finish();
 
-    let mut best = [0.0f64; 2];
     let mut reader = TraceReader::open(&path).unwrap();
     let mut late = std::collections::HashMap::new();
     let mut copies = Vec::new();
@@ -51,23 +51,25 @@ fn pinned_uploads_are_faster_than_pageable_uploads() {
         }
     }
     assert_eq!(copies.len(), 10);
+    let mut seen = [0usize; 2];
     for g in copies {
-        let (s, e) = match (g.gpu_start, g.gpu_end) {
+        let (start, end) = match (g.gpu_start, g.gpu_end) {
             (Some(s), Some(e)) => (s, e),
             _ => *late.get(&g.id).expect("GPU times"),
         };
-        let gbps = g.bytes as f64 / (e - s).max(1) as f64;
-        let slot = usize::from(g.host_memory == Some(HostMemory::Pinned));
-        best[slot] = best[slot].max(gbps);
+        assert!(end > start, "a 64 MiB copy takes GPU time: {g:?}");
+        let slot = match g.host_memory {
+            Some(HostMemory::Pageable) => 0,
+            Some(HostMemory::Pinned) => 1,
+            other => panic!("host memory {other:?} for {g:?}"),
+        };
+        seen[slot] += 1;
+        eprintln!(
+            "H2D {:?} {:.1} GB/s",
+            g.host_memory.unwrap(),
+            g.bytes as f64 / (end - start) as f64
+        );
     }
-    eprintln!(
-        "H2D pageable {:.1} GB/s, pinned {:.1} GB/s",
-        best[0], best[1]
-    );
-    assert!(
-        best[1] > best[0],
-        "pinned {:.1} GB/s is not above pageable {:.1} GB/s",
-        best[1],
-        best[0]
-    );
+    // Five uploads from each kind of host memory, told apart.
+    assert_eq!(seen, [5, 5]);
 }

@@ -343,7 +343,13 @@ fn child(scenario: &str) {
     });
     // SAFETY: as above.
     unsafe { api(DRIVER, 5, 50, EXIT) };
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The forced flush runs on the flusher thread: wait for the stand-in to count it (the
+    // deadline only keeps a flush that never comes from hanging the test).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // SAFETY: as above.
+    while unsafe { flushes() } == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     // SAFETY: as above.
     println!("forced flushes after profiler stop {}", unsafe {
         flushes()
@@ -465,7 +471,10 @@ fn a_step_played_through_a_stand_in_cupti_lands_in_the_trace() {
     );
     assert_eq!(kernel.gpu_start.unwrap() - gs, 110_000);
     assert!(kernel.host_start >= copy.host_end, "calls in issue order");
-    // The sync: host blocked for the whole call (3 ms sleep inside it).
+    // The sync: its host times are those of its own enter and exit callbacks, after the
+    // kernel's, and span the child's 3 ms sleep between them (a sleep lasts at least as
+    // long as asked, so this is a lower bound that cannot fail on a slow machine).
+    assert!(sync.host_start >= kernel.host_end, "calls in issue order");
     assert!(sync.host_end - sync.host_start >= 3_000_000, "{sync:?}");
     assert_eq!(sync.thread, copy.thread, "same issuing thread");
     // The allocation: one timestamp, no GPU interval.
