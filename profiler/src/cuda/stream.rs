@@ -271,7 +271,18 @@ impl ProfiledStream {
         // event of a context, a preempted thread) is tried again, and the narrowest kept.
         let mut best: Option<(CudaEvent, Nanos, Nanos)> = None;
         for _ in 0..ANCHOR_TRIES {
-            let Some((event, host_ns, window)) = self.observe_anchor(rec, st, max_wait)? else {
+            let observed = match self.observe_anchor(rec, st, max_wait) {
+                Ok(o) => o,
+                Err(e) => {
+                    // The best event so far goes back to the pool (dropped, it would be
+                    // destroyed while still counted against the stream's capacity).
+                    if let Some((event, ..)) = best {
+                        st.timeline.put_back(event);
+                    }
+                    return Err(e);
+                }
+            };
+            let Some((event, host_ns, window)) = observed else {
                 break;
             };
             match &best {
