@@ -490,8 +490,10 @@ fn enable_api_records(state: &State) -> Result<(), String> {
 }
 
 /// The trace file: `<dir>/<program>-<pid>-inject.pktrace` for `PERFKIT_TRACE=<dir>`, or
-/// `<name>-inject.pktrace` next to `PERFKIT_TRACE=<name>.pktrace`. The `-inject` suffix keeps it
-/// apart from the trace a program that also links perfkit-profiler writes itself.
+/// `<name>-<pid>-inject.pktrace` next to `PERFKIT_TRACE=<name>.pktrace`: every process the
+/// library is injected into (a launcher and its workers, forked or spawned, all inherit the
+/// variable) writes a file of its own, named by its pid. The `-inject` suffix keeps it apart
+/// from the trace a program that also links perfkit-profiler writes itself.
 fn output_path() -> Option<PathBuf> {
     let v = std::env::var_os(perfkit_profiler::TRACE_ENV).filter(|v| !v.is_empty())?;
     Some(inject_trace_path(
@@ -509,7 +511,7 @@ pub(crate) fn inject_trace_path(trace_env: &std::path::Path, program: &str, pid:
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trace_env.with_file_name(format!("{stem}-inject.{ext}"))
+        trace_env.with_file_name(format!("{stem}-{pid}-inject.{ext}"))
     } else {
         trace_env.join(format!("{program}-{pid}-inject.{ext}"))
     }
@@ -1055,7 +1057,12 @@ mod tests {
         );
         assert_eq!(
             inject_trace_path(Path::new("out/t.pktrace"), "python3", 42),
-            Path::new("out/t-inject.pktrace")
+            Path::new("out/t-42-inject.pktrace")
+        );
+        // Two processes given the same file write two files.
+        assert_ne!(
+            inject_trace_path(Path::new("out/t.pktrace"), "python3", 42),
+            inject_trace_path(Path::new("out/t.pktrace"), "python3", 43)
         );
     }
 
