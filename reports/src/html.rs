@@ -352,6 +352,17 @@ pub fn render(analysis: &Analysis, findings: &[Finding], options: &HtmlOptions) 
     page
 }
 
+/// A copy site's kind column: direction and host memory, and how many of its copies have
+/// their GPU end at the host return (an upper bound of their GPU time).
+fn copy_site_kind(c: &crate::model::CopySite) -> String {
+    let kind = format!("{} {}", c.direction.as_str(), pinned_label(c.pinned));
+    let kind = kind.trim();
+    match c.gpu_end_at_host_return {
+        0 => kind.to_owned(),
+        n => format!("{kind} ({n} with the GPU end at the host return)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,16 +399,5 @@ mod tests {
             "d is below 0.1 % and pruned"
         );
         assert_eq!(t[2][0][2][0][0], "b");
-    }
-}
-
-/// A copy site's kind column: direction and host memory, and how many of its copies have
-/// their GPU end at the host return (an upper bound of their GPU time).
-fn copy_site_kind(c: &crate::model::CopySite) -> String {
-    let kind = format!("{} {}", c.direction.as_str(), pinned_label(c.pinned));
-    let kind = kind.trim();
-    match c.gpu_end_at_host_return {
-        0 => kind.to_owned(),
-        n => format!("{kind} ({n} with the GPU end at the host return)"),
     }
 }
