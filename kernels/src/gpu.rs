@@ -1,6 +1,7 @@
 //! The MLP on a CUDA GPU: the kernels of `cuda/mlp.cu` (NVRTC) plus cuBLAS, every
 //! operation issued through perfkit's [`ProfiledStream`].
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use cudarc::cublas::sys::cublasOperation_t;
@@ -605,12 +606,21 @@ impl Drop for PinnedStaging {
     }
 }
 
+impl Drop for GpuMlp {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is not used after.
+        let blas = unsafe { ManuallyDrop::take(&mut self.blas) };
+        self.stream.release_blas(blas);
+    }
+}
+
 /// The MLP's parameters, optimizer state and workspace on one GPU.
 #[derive(Debug)]
 pub struct GpuMlp {
     /// The profiled stream every operation goes through.
     pub stream: ProfiledStream,
-    blas: CudaBlas,
+    /// Released through the stream in `Drop` (guarded against a sticky fault).
+    blas: ManuallyDrop<CudaBlas>,
     kernels: GpuKernels,
     shape: MlpShape,
     sgd: SgdConfig,
@@ -692,7 +702,7 @@ impl GpuMlp {
         let loss_log = stream.alloc_zeros(steps.max(1))?;
         Ok(Self {
             stream,
-            blas,
+            blas: ManuallyDrop::new(blas),
             kernels,
             shape,
             sgd,

@@ -247,6 +247,9 @@ impl Builder {
             .spawn(move || writer.run())
             .map_err(InitError::Thread)?;
         let _ = shared.writer.set(handle.thread().clone());
+        shared
+            .writer_pid
+            .store(std::process::id(), std::sync::atomic::Ordering::Release);
         crate::session::register_session(&shared, global);
         let guard = Guard {
             shared: Some(shared.clone()),

@@ -198,6 +198,9 @@ pub(crate) struct Shared {
     pub side: Mutex<Vec<Side>>,
     pub global_dropped: AtomicU64,
     pub writer: OnceLock<std::thread::Thread>,
+    /// Process that started the writer thread (0 until started). A forked child inherits the
+    /// session but not the thread: it must not wait for a writer that does not run there.
+    pub writer_pid: AtomicU32,
     pub ctl: Mutex<Ctl>,
     pub ctl_cv: Condvar,
     pub records_written: AtomicU64,
@@ -230,6 +233,7 @@ impl Shared {
             config,
             rings: Mutex::new(Vec::new()),
             next_thread: AtomicU32::new(0),
+            writer_pid: AtomicU32::new(0),
             next_span_block: AtomicU64::new(1),
             next_corr: AtomicU64::new(1),
             interner: Mutex::new(Interner::default()),
@@ -773,7 +777,12 @@ fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
 
 #[cfg(unix)]
 extern "C" fn on_exit() {
+    let pid = std::process::id();
     for shared in live_sessions() {
-        shared.finish(EndReason::ProcessExit, Duration::from_secs(2));
+        // Only the process whose writer thread runs waits for it: a forked child (a data
+        // loader worker) leaving through exit() would otherwise wait out the whole timeout.
+        if shared.writer_pid.load(Ordering::Acquire) == pid {
+            shared.finish(EndReason::ProcessExit, Duration::from_secs(2));
+        }
     }
 }

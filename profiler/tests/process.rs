@@ -63,6 +63,21 @@ fn child_body(mode: &str) {
                 println!("closed step {step}");
             }
         }
+        "fork" => {
+            let _s = tracing::info_span!("step", step = 0u64).entered();
+            let t0 = Instant::now();
+            // SAFETY: the forked child only calls exit(); the parent waits for it.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: leaves through the C runtime's exit handlers, as a worker does.
+                unsafe { libc::exit(0) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child forked above.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            println!("forked child exited in {} ms", t0.elapsed().as_millis());
+        }
         "layers" => {}
         other => panic!("unknown child mode {other}"),
     }
@@ -99,6 +114,29 @@ fn only_trace(dir: &Path) -> std::path::PathBuf {
     let files = perfkit_profiler::trace_files(dir).unwrap();
     assert_eq!(files.len(), 1, "{files:?}");
     files.into_iter().next().unwrap()
+}
+
+#[test]
+fn a_forked_child_leaving_through_exit_does_not_wait_for_the_parents_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = child("fork", dir.path())
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ms: u64 = stdout
+        .lines()
+        .find_map(|l| l.split_once("forked child exited in ").map(|(_, r)| r))
+        .and_then(|l| l.strip_suffix(" ms"))
+        .unwrap_or_else(|| panic!("no report from the child: {stdout}"))
+        .parse()
+        .unwrap();
+    // Waiting for a writer thread that does not run in the child took the 2 s timeout.
+    assert!(ms < 1_000, "forked child took {ms} ms to exit");
+    // The parent's trace is finished as usual.
+    let (_, _, status) = common::read_all(&only_trace(dir.path()));
+    assert!(matches!(status, TraceStatus::Complete(_)), "{status:?}");
 }
 
 #[test]

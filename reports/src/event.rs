@@ -40,6 +40,9 @@ pub struct GpuOp<'a> {
     pub gpu_start_ns: Option<u64>,
     /// GPU end, when measured.
     pub gpu_end_ns: Option<u64>,
+    /// Whether the GPU end is the host return of a blocking copy (its end event completed
+    /// after the call came back): the copy was over by then, so its GPU time is an upper bound.
+    pub gpu_end_at_host_return: bool,
     /// Bytes copied, set, allocated or freed.
     pub bytes: u64,
     /// Host memory was pinned (copies involving the host).

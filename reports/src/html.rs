@@ -256,11 +256,7 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
         for c in &p.copies.by_site {
             copies.push(with(vec![
                 json!(c.location),
-                json!(
-                    format!("{} {}", c.direction.as_str(), pinned_label(c.pinned))
-                        .trim()
-                        .to_owned()
-                ),
+                json!(copy_site_kind(c)),
                 json!(c.totals.count),
                 json!(c.totals.bytes),
                 json!(c.totals.gpu_ns),
@@ -354,6 +350,17 @@ pub fn render(analysis: &Analysis, findings: &[Finding], options: &HtmlOptions) 
         "<script nonce=\"{nonce}\">\n{JS}</script>\n</body>\n</html>\n"
     ));
     page
+}
+
+/// A copy site's kind column: direction and host memory, and how many of its copies have
+/// their GPU end at the host return (an upper bound of their GPU time).
+fn copy_site_kind(c: &crate::model::CopySite) -> String {
+    let kind = format!("{} {}", c.direction.as_str(), pinned_label(c.pinned));
+    let kind = kind.trim();
+    match c.gpu_end_at_host_return {
+        0 => kind.to_owned(),
+        n => format!("{kind} ({n} with the GPU end at the host return)"),
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ pub struct ProcessIngest {
     copy_kinds: Vec<((Direction, Option<bool>), OpTotals)>,
     copy_kind_ids: HashMap<(Direction, Option<bool>), u32>,
     copy_sites: Vec<(SiteKey, OpTotals)>,
+    /// Per copy site: copies whose GPU end is the host return.
+    copy_sites_at_host_return: Vec<u64>,
     copy_site_ids: HashMap<SiteKey, u32>,
     pending: HashMap<u64, (Option<u32>, GpuTarget)>,
     device_total: u64,
@@ -163,6 +165,7 @@ impl ProcessIngest {
             copy_kinds: Vec::new(),
             copy_kind_ids: HashMap::new(),
             copy_sites: Vec::new(),
+            copy_sites_at_host_return: Vec::new(),
             copy_site_ids: HashMap::new(),
             pending: HashMap::new(),
             device_total: 0,
@@ -370,6 +373,7 @@ impl ProcessIngest {
         }
         let i = self.copy_sites.len() as u32;
         self.copy_sites.push((key.clone(), OpTotals::default()));
+        self.copy_sites_at_host_return.push(0);
         self.copy_site_ids.insert(key, i);
         i
     }
@@ -417,6 +421,8 @@ impl ProcessIngest {
                 t.count += 1;
                 t.bytes += op.bytes;
                 t.host_ns += host_ns;
+                self.copy_sites_at_host_return[site as usize] +=
+                    u64::from(op.gpu_end_at_host_return);
                 GpuTarget::Copy { kind, site }
             }
             OpKind::Memset => {
@@ -698,15 +704,20 @@ impl ProcessIngest {
             (a.direction, a.pinned.map(|p| !p)).cmp(&(b.direction, b.pinned.map(|p| !p)))
         });
         copies.by_kind = by_kind;
+        let at_host_return = std::mem::take(&mut self.copy_sites_at_host_return);
         let mut by_site: Vec<CopySite> = std::mem::take(&mut self.copy_sites)
             .into_iter()
-            .map(|((location, direction, pinned), totals)| CopySite {
-                location,
-                direction,
-                pinned,
-                bandwidth_gbps: round_sig(totals.bandwidth_gbps()),
-                totals,
-            })
+            .zip(at_host_return)
+            .map(
+                |(((location, direction, pinned), totals), bounded)| CopySite {
+                    location,
+                    direction,
+                    pinned,
+                    bandwidth_gbps: round_sig(totals.bandwidth_gbps()),
+                    totals,
+                    gpu_end_at_host_return: bounded,
+                },
+            )
             .collect();
         by_site.sort_by(|a, b| {
             b.totals

@@ -330,6 +330,14 @@ pub struct CopySite {
     pub totals: OpTotals,
     /// Achieved bandwidth, GB/s.
     pub bandwidth_gbps: f64,
+    /// Copies whose GPU end is the host return of the blocking call, so that their GPU time
+    /// is an upper bound (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_end_at_host_return: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// All copies.

@@ -210,6 +210,7 @@ impl TraceSource {
                         host_end_ns: g.host_end.max(g.host_start),
                         gpu_start_ns: g.gpu_start,
                         gpu_end_ns: g.gpu_end,
+                        gpu_end_at_host_return: g.gpu_end_at_host_return,
                         bytes: g.bytes,
                         pinned: g.host_memory.map(|m| m == HostMemory::Pinned),
                         name: &name,

@@ -409,19 +409,33 @@ fn process_markdown(md: &mut String, p: &ProcessAnalysis, several: bool, top: us
             md,
             "| copy site | kind | count | bytes | GPU time |\n|---|---|---:|---:|---:|"
         );
+        let mut bounded = false;
         for c in p.copies.by_site.iter().take(top) {
+            let mark = if c.gpu_end_at_host_return > 0 {
+                bounded = true;
+                " ≤"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} {} | {} | {} | {} |",
+                "| {} | {} {} | {} | {} | {}{} |",
                 md_escape(&c.location),
                 c.direction.as_str(),
                 pinned_label(c.pinned),
                 c.totals.count,
                 format::bytes(c.totals.bytes),
-                format::duration(c.totals.gpu_ns)
+                format::duration(c.totals.gpu_ns),
+                mark
             );
         }
         md.push('\n');
+        if bounded {
+            let _ = writeln!(
+                md,
+                "≤: the GPU time of some of these blocking copies ends at the host return (an upper bound: the copy was over when the call returned).\n"
+            );
+        }
     }
     if p.syncs.count > 0 {
         let _ = writeln!(

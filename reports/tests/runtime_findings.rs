@@ -154,6 +154,59 @@ fn per_step_allocation_is_reported_with_bytes_and_host_time() {
     );
 }
 
+#[test]
+fn readbacks_timed_to_the_host_return_are_said_to_be_bounded() {
+    let plain = custom_run(10, |s, _| {
+        s.kernel(0, "gemm_fwd", COMPUTE, 400_000, false);
+        s.readback(0, 4, COMPUTE, 72);
+    });
+    let pk101 = one(&findings_of(&plain, &ProfileConfig::default()), "PK101").clone();
+    assert!(!pk101.message.contains("host return"), "{}", pk101.message);
+
+    let marked = custom_run(10, |s, step| {
+        s.kernel(0, "gemm_fwd", COMPUTE, 400_000, false);
+        // Half the readbacks have their end at the host return.
+        s.readback_end_at_host_return = step % 2 == 0;
+        s.readback(0, 4, COMPUTE, 72);
+        s.readback_end_at_host_return = false;
+    });
+    // The copy table counts them per source line.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("train-1.pktrace");
+    std::fs::write(&path, &marked).expect("write trace");
+    let analysis = analyze_path(&path, &AnalyzeOptions::default()).expect("analyse");
+    let site = analysis.processes[0]
+        .copies
+        .by_site
+        .iter()
+        .find(|c| c.location == "src/train.rs:72")
+        .expect("readback site");
+    assert_eq!((site.totals.count, site.gpu_end_at_host_return), (10, 5));
+    let f = findings_of(&marked, &ProfileConfig::default());
+    let pk101 = one(&f, "PK101");
+    assert!(
+        pk101
+            .message
+            .ends_with("; the GPU time of 5 of them ends at the host return (an upper bound: the copy was over when the call returned)"),
+        "{}",
+        pk101.message
+    );
+
+    let all = custom_run(10, |s, _| {
+        s.kernel(0, "gemm_fwd", COMPUTE, 400_000, false);
+        s.readback_end_at_host_return = true;
+        s.readback(0, 4, COMPUTE, 72);
+    });
+    let pk101 = one(&findings_of(&all, &ProfileConfig::default()), "PK101").clone();
+    assert!(
+        pk101
+            .message
+            .contains("their GPU time ends at the host return"),
+        "{}",
+        pk101.message
+    );
+}
+
 fn custom_run(steps: u64, body: impl Fn(&mut Synth<Vec<u8>>, u64)) -> Vec<u8> {
     let mut s = Synth::new(Vec::new(), "train", 1, None, 0);
     for step in 0..steps {

@@ -57,6 +57,10 @@ struct Counters {
     decode_errors: AtomicU64,
     cupti_dropped: AtomicU64,
     trace_dropped: AtomicU64,
+    /// Activity buffers dropped because the CUPTI timestamp (to place their records on the
+    /// trace clock) could not be read, and the records they held.
+    untimed_buffers: AtomicU64,
+    untimed_records: AtomicU64,
 }
 
 struct State {
@@ -486,8 +490,10 @@ fn enable_api_records(state: &State) -> Result<(), String> {
 }
 
 /// The trace file: `<dir>/<program>-<pid>-inject.pktrace` for `PERFKIT_TRACE=<dir>`, or
-/// `<name>-inject.pktrace` next to `PERFKIT_TRACE=<name>.pktrace`. The `-inject` suffix keeps it
-/// apart from the trace a program that also links perfkit-profiler writes itself.
+/// `<name>-<pid>-inject.pktrace` next to `PERFKIT_TRACE=<name>.pktrace`: every process the
+/// library is injected into (a launcher and its workers, forked or spawned, all inherit the
+/// variable) writes a file of its own, named by its pid. The `-inject` suffix keeps it apart
+/// from the trace a program that also links perfkit-profiler writes itself.
 fn output_path() -> Option<PathBuf> {
     let v = std::env::var_os(perfkit_profiler::TRACE_ENV).filter(|v| !v.is_empty())?;
     Some(inject_trace_path(
@@ -505,7 +511,7 @@ pub(crate) fn inject_trace_path(trace_env: &std::path::Path, program: &str, pid:
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trace_env.with_file_name(format!("{stem}-inject.{ext}"))
+        trace_env.with_file_name(format!("{stem}-{pid}-inject.{ext}"))
     } else {
         trace_env.join(format!("{program}-{pid}-inject.{ext}"))
     }
@@ -641,7 +647,9 @@ extern "C" fn at_exit() {
             unjoined = get(&c.unjoined),
             decode_errors = get(&c.decode_errors),
             cupti_dropped = get(&c.cupti_dropped),
-            trace_dropped = get(&c.trace_dropped)
+            trace_dropped = get(&c.trace_dropped),
+            untimed_buffers = get(&c.untimed_buffers),
+            untimed_records = get(&c.untimed_records)
         );
         finish_session();
         say(format_args!(
@@ -658,6 +666,14 @@ extern "C" fn at_exit() {
             ),
             nonzero(", ", get(&c.decode_errors), " records could not be decoded"),
         ));
+        if get(&c.untimed_buffers) > 0 {
+            say(format_args!(
+                "warning: {} activity buffers ({} records) were dropped: the CUPTI timestamp \
+                 that places them on the trace clock could not be read",
+                get(&c.untimed_buffers),
+                get(&c.untimed_records)
+            ));
+        }
         if let Some(e) = state
             .first_decode_error
             .lock()
@@ -877,6 +893,28 @@ fn clock_now(rec: &Recorder) -> Option<Clock> {
     Clock::calibrate(&samples)
 }
 
+/// The records in a CUPTI activity buffer.
+///
+/// # Safety
+/// `buffer` holds `valid` bytes of CUPTI activity records.
+unsafe fn count_records(buffer: *mut u8, valid: usize) -> u64 {
+    let end = buffer as usize + valid;
+    let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
+    let mut n = 0;
+    loop {
+        // SAFETY: buffer/valid as given by CUPTI; record is CUPTI's cursor.
+        let r = unsafe { sys::cuptiActivityGetNextRecord(buffer, valid, &mut record) };
+        if r != CUptiResult::CUPTI_SUCCESS || record.is_null() {
+            return n;
+        }
+        let at = record as usize;
+        if at < buffer as usize || at >= end {
+            return n;
+        }
+        n += 1;
+    }
+}
+
 /// # Safety
 /// `buffer` holds `valid` bytes of CUPTI activity records.
 unsafe fn process_buffer(state: &State, buffer: *mut u8, valid: usize) {
@@ -884,6 +922,18 @@ unsafe fn process_buffer(state: &State, buffer: *mut u8, valid: usize) {
         return;
     }
     let Some(clock) = clock_now(&state.rec) else {
+        // Without the clock the records cannot be placed on the trace's time line: they are
+        // dropped, but counted (perfkit.inject_stats and the exit summary).
+        // SAFETY: as below, the cursor only walks the valid part of the buffer.
+        let records = unsafe { count_records(buffer, valid) };
+        state
+            .counters
+            .untimed_buffers
+            .fetch_add(1, Ordering::Relaxed);
+        state
+            .counters
+            .untimed_records
+            .fetch_add(records, Ordering::Relaxed);
         return;
     };
     let end = buffer as usize + valid;
@@ -1007,7 +1057,12 @@ mod tests {
         );
         assert_eq!(
             inject_trace_path(Path::new("out/t.pktrace"), "python3", 42),
-            Path::new("out/t-inject.pktrace")
+            Path::new("out/t-42-inject.pktrace")
+        );
+        // Two processes given the same file write two files.
+        assert_ne!(
+            inject_trace_path(Path::new("out/t.pktrace"), "python3", 42),
+            inject_trace_path(Path::new("out/t.pktrace"), "python3", 43)
         );
     }
 

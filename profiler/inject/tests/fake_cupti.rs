@@ -239,6 +239,14 @@ fn child(scenario: &str) {
         )
     };
     use sys::CUpti_ActivityKind as K;
+    if scenario == "untimed-buffer" {
+        // The timestamp read fails when the buffer comes back: its records cannot be placed.
+        // SAFETY: plain C function of the stand-in.
+        unsafe {
+            fake.get::<unsafe extern "C" fn()>(b"fake_fail_timestamp\0")
+                .unwrap()()
+        };
+    }
     for (name, k) in [
         ("MEMCPY", K::CUPTI_ACTIVITY_KIND_MEMCPY),
         (
@@ -645,4 +653,28 @@ fn a_cupti_that_answers_its_version_without_a_driver_is_refused_for_the_missing_
         "{stderr}"
     );
     assert!(!t.path().join("trace").exists());
+}
+
+#[test]
+fn a_buffer_whose_timestamp_cannot_be_read_is_counted_and_reported() {
+    if let Ok(s) = std::env::var(CHILD) {
+        return child(&s);
+    }
+    let (stdout, stderr, t) = run_child(
+        "untimed-buffer",
+        "a_buffer_whose_timestamp_cannot_be_read_is_counted_and_reported",
+    );
+    assert!(stdout.contains("delivered 1"), "{stdout}");
+    assert!(
+        stderr
+            .contains("warning: 1 activity buffers (5 records) were dropped: the CUPTI timestamp"),
+        "{stderr}"
+    );
+    let files = perfkit_profiler::trace_files(t.path().join("trace")).unwrap();
+    let (gpu, recs, complete) = gpu_events(&files[0]);
+    assert!(complete);
+    assert!(gpu.iter().all(|g| g.gpu_start.is_none()), "{gpu:?}");
+    let stats = format!("{recs:?}");
+    assert!(stats.contains("untimed_buffers"), "{stats}");
+    assert!(stats.contains("untimed_records"), "{stats}");
 }

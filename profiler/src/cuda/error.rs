@@ -50,6 +50,12 @@ pub enum CudaError {
         #[source]
         source: DriverError,
     },
+    /// The cuBLAS handle given to [`crate::cuda::ProfiledStream::gemm`] runs on another
+    /// stream than the profiled one, so its GEMMs would not be timed where they run.
+    #[error(
+        "the cuBLAS handle is bound to another stream than the profiled stream (make it with ProfiledStream::new_blas)"
+    )]
+    BlasOtherStream,
     /// A cuBLAS call failed.
     #[error("cuBLAS call `{op}` failed: {source}")]
     Blas {

@@ -271,7 +271,18 @@ impl ProfiledStream {
         // event of a context, a preempted thread) is tried again, and the narrowest kept.
         let mut best: Option<(CudaEvent, Nanos, Nanos)> = None;
         for _ in 0..ANCHOR_TRIES {
-            let Some((event, host_ns, window)) = self.observe_anchor(rec, st, max_wait)? else {
+            let observed = match self.observe_anchor(rec, st, max_wait) {
+                Ok(o) => o,
+                Err(e) => {
+                    // The best event so far goes back to the pool (dropped, it would be
+                    // destroyed while still counted against the stream's capacity).
+                    if let Some((event, ..)) = best {
+                        st.timeline.put_back(event);
+                    }
+                    return Err(e);
+                }
+            };
+            let Some((event, host_ns, window)) = observed else {
                 break;
             };
             match &best {
@@ -832,6 +843,19 @@ impl ProfiledStream {
     {
         let location = Location::caller();
         let name = gemm_name::<T>();
+        // The GEMM is timed on this stream: a handle bound to another one would run it
+        // outside the bracketing events (and outside the stream's order).
+        let mut bound: cudarc::cublas::sys::cudaStream_t = std::ptr::null_mut();
+        // SAFETY: a live handle and a valid out-pointer.
+        unsafe { cudarc::cublas::sys::cublasGetStream_v2(*blas.handle(), &mut bound) }
+            .result()
+            .map_err(|source| CudaError::Blas {
+                op: "cublasGetStream_v2",
+                source,
+            })?;
+        if !same_stream(bound as usize, self.stream.cu_stream() as usize) {
+            return Err(CudaError::BlasOtherStream);
+        }
         self.timed(
             GpuOpKind::Kernel,
             0,
@@ -845,6 +869,49 @@ impl ProfiledStream {
             },
         )
     }
+}
+
+impl ProfiledStream {
+    /// Destroys a cuBLAS handle made by [`ProfiledStream::new_blas`]. After a sticky fault
+    /// (an illegal address, a failed launch) `cublasDestroy` fails, and cudarc's drop of the
+    /// handle panics on that status; the handle is then leaked on purpose (the context is
+    /// unusable anyway, and its memory goes with the process) and the fault handed back to
+    /// cudarc, which reports it from the program's next call.
+    pub fn release_blas(&self, blas: CudaBlas) {
+        // SAFETY: the stream is alive; cuStreamQuery only reads its state.
+        let r = unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) };
+        if is_sticky(r) {
+            std::mem::forget(blas);
+            self.hand_back(cudarc::driver::DriverError(r));
+        } else {
+            drop(blas);
+        }
+    }
+}
+
+/// Whether `bound` (the stream a cuBLAS handle runs on) is `ours`. The null stream is the
+/// legacy default stream, never a profiled stream's.
+fn same_stream(bound: usize, ours: usize) -> bool {
+    bound != 0 && bound == ours
+}
+
+/// Whether a driver status is a sticky fault: the context cannot be used again, and every
+/// later call of it fails with the same status.
+fn is_sticky(r: cudarc::driver::sys::CUresult) -> bool {
+    use cudarc::driver::sys::CUresult as R;
+    matches!(
+        r,
+        R::CUDA_ERROR_ILLEGAL_ADDRESS
+            | R::CUDA_ERROR_LAUNCH_FAILED
+            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | R::CUDA_ERROR_MISALIGNED_ADDRESS
+            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | R::CUDA_ERROR_INVALID_PC
+            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | R::CUDA_ERROR_ASSERT
+            | R::CUDA_ERROR_ECC_UNCORRECTABLE
+            | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
+    )
 }
 
 impl Drop for ProfiledStream {
@@ -987,6 +1054,29 @@ impl<'a> ProfiledLaunch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sticky_faults_are_told_from_ordinary_statuses() {
+        use cudarc::driver::sys::CUresult as R;
+        assert!(is_sticky(R::CUDA_ERROR_ILLEGAL_ADDRESS));
+        assert!(is_sticky(R::CUDA_ERROR_LAUNCH_FAILED));
+        // A busy stream, or no error, leaves the handle to cudarc's own drop.
+        assert!(!is_sticky(R::CUDA_SUCCESS));
+        assert!(!is_sticky(R::CUDA_ERROR_NOT_READY));
+        assert!(!is_sticky(R::CUDA_ERROR_OUT_OF_MEMORY));
+    }
+
+    #[test]
+    fn a_blas_handle_on_the_null_or_another_stream_is_not_ours() {
+        assert!(same_stream(0x1000, 0x1000));
+        assert!(!same_stream(0x2000, 0x1000));
+        assert!(!same_stream(0, 0x1000));
+        assert!(
+            CudaError::BlasOtherStream
+                .to_string()
+                .contains("bound to another stream")
+        );
+    }
 
     #[test]
     fn a_reference_is_renewed_only_when_stale_and_the_stream_idle() {

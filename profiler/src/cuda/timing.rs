@@ -215,7 +215,11 @@ impl<E, P> Timeline<E, P> {
             self.untimed += 1;
             return Ok(None);
         };
-        backend.record(&start)?;
+        if let Err(e) = backend.record(&start) {
+            self.free.push(start);
+            self.free.push(end);
+            return Err(e);
+        }
         Ok(Some(Bracket { start, end }))
     }
 
@@ -269,8 +273,18 @@ impl<E, P> Timeline<E, P> {
             // The start from the anchor; the duration between the operation's own two events,
             // so that it keeps the events' resolution however long ago the anchor was (the
             // f32 milliseconds lose about 8 us of precision 100 s after it).
-            let start_ms = backend.elapsed_ms(&anchor.event, &p.start)?;
-            let duration_ms = backend.elapsed_ms(&p.start, &p.end)?;
+            let times = backend
+                .elapsed_ms(&anchor.event, &p.start)
+                .and_then(|start| Ok((start, backend.elapsed_ms(&p.start, &p.end)?)));
+            let (start_ms, duration_ms) = match times {
+                Ok(t) => t,
+                Err(e) => {
+                    // Back at the front: its events stay accounted for, and the payload is
+                    // written untimed when the queue is discarded.
+                    self.pending.push_front(p);
+                    return Err(e);
+                }
+            };
             let end_ms = start_ms + duration_ms;
             let gpu_start = align(anchor.host_ns, start_ms);
             let gpu_end = align(gpu_start, duration_ms.max(0.0));
@@ -306,6 +320,14 @@ impl<E, P> Timeline<E, P> {
         self.created
     }
 
+    /// Events the timeline still holds: in the pool, in flight and the anchor. Equal to
+    /// [`Timeline::created`] when no event was lost; less by the events handed out with
+    /// [`Timeline::take_event`] or [`Timeline::begin`] and not given back yet.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.free.len() + 2 * self.pending.len() + usize::from(self.anchor.is_some())
+    }
+
     /// Empties the queue without resolving it; returns the payloads of the operations
     /// that lost their GPU times, oldest first.
     pub(crate) fn discard_pending(&mut self) -> Vec<P> {
@@ -335,6 +357,14 @@ mod tests {
     #[derive(Default)]
     struct FakeGpu {
         state: RefCell<FakeState>,
+        /// `record` fails (as after a sticky fault).
+        fail_record: std::cell::Cell<bool>,
+        /// `elapsed_ms` fails.
+        fail_elapsed: std::cell::Cell<bool>,
+    }
+
+    fn fault() -> CudaError {
+        CudaError::NoLibrary { library: "test" }
     }
 
     #[derive(Default)]
@@ -376,6 +406,9 @@ mod tests {
             Ok(s.created - 1)
         }
         fn record(&self, e: &usize) -> Result<(), CudaError> {
+            if self.fail_record.get() {
+                return Err(fault());
+            }
             let mut s = self.state.borrow_mut();
             let pos = s.queue.len();
             s.queue.push(*e);
@@ -387,6 +420,9 @@ mod tests {
             Ok(self.time_of(*e).is_some())
         }
         fn elapsed_ms(&self, a: &usize, b: &usize) -> Result<f32, CudaError> {
+            if self.fail_elapsed.get() {
+                return Err(fault());
+            }
             let (Some(ta), Some(tb)) = (self.time_of(*a), self.time_of(*b)) else {
                 panic!("elapsed_ms on an incomplete event: the timeline must not wait");
             };
@@ -401,6 +437,51 @@ mod tests {
         gpu.run(1, 0.0, 0.0);
         t.set_anchor(e, host_ns);
         t
+    }
+
+    #[test]
+    fn events_go_back_to_the_pool_on_every_error_path() {
+        let gpu = FakeGpu::default();
+        let mut t = anchored(&gpu, 6, 1_000);
+        let mut resolved = Vec::new();
+
+        // The start event cannot be recorded: both events of the bracket go back.
+        gpu.fail_record.set(true);
+        assert!(t.begin(&gpu, &mut resolved).is_err());
+        assert_eq!(t.held(), t.created());
+        // The end event cannot be recorded.
+        gpu.fail_record.set(false);
+        let b = t.begin(&gpu, &mut resolved).unwrap().unwrap();
+        gpu.fail_record.set(true);
+        assert!(t.end(&gpu, 1, b).is_err());
+        assert_eq!(t.held(), t.created());
+        gpu.fail_record.set(false);
+
+        // The operation's times cannot be read: its events stay queued, and its payload
+        // is still there for the teardown.
+        let b = t.begin(&gpu, &mut resolved).unwrap().unwrap();
+        t.end(&gpu, 2, b).unwrap();
+        // (The start of the bracket whose end failed is in the queue before them.)
+        gpu.run(3, 1.0, 0.5);
+        gpu.fail_elapsed.set(true);
+        assert!(t.poll(&gpu, &mut resolved).is_err());
+        assert!(resolved.is_empty());
+        assert_eq!(t.held(), t.created());
+        assert_eq!(t.discard_pending(), vec![2]);
+        assert_eq!(t.held(), t.created());
+
+        // Whatever failed, the whole capacity is still usable.
+        gpu.fail_elapsed.set(false);
+        let mut brackets = Vec::new();
+        while let Some(b) = t.begin(&gpu, &mut resolved).unwrap() {
+            brackets.push(b);
+        }
+        assert_eq!(brackets.len(), 2, "6 events: the anchor and 2 pairs");
+        assert_eq!(t.untimed(), 1);
+        for b in brackets {
+            t.abandon(b);
+        }
+        assert_eq!(t.held(), t.created());
     }
 
     #[test]

@@ -19,6 +19,10 @@
 //! that recur per step (the `.item()` pattern), groups them by the caller's source line and
 //! prices them in step time.
 //!
+//! A blocking copy whose end event completed only after the call returned has its GPU end
+//! set to the host return (the copy was over by then); the finding says how many of its
+//! copies are timed so, as their GPU time is then an upper bound, not a measurement.
+//!
 //! Thresholds: `small-copy-bytes`, `min-step-fraction`, `min-share`.
 
 use super::scan::SiteKind;
@@ -38,18 +42,29 @@ pub(super) fn check(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         if site.bytes / site.count.max(1) > cx.cfg.small_copy_bytes {
             continue;
         }
-        out.push(cx.site_finding(
-            &RULE,
-            site,
-            format!(
-                "{} small device-to-host copies ({} each) in {} of {} steps block the host for {} per step",
-                site.count,
-                format::bytes(site.bytes / site.count.max(1)),
-                site.steps_hit,
-                cx.steps,
-                format::duration(per_step)
-            ),
-            per_step,
-        ));
+        let mut message = format!(
+            "{} small device-to-host copies ({} each) in {} of {} steps block the host for {} per step",
+            site.count,
+            format::bytes(site.bytes / site.count.max(1)),
+            site.steps_hit,
+            cx.steps,
+            format::duration(per_step)
+        );
+        message.push_str(&host_return_note(site.count, site.gpu_end_at_host_return));
+        out.push(cx.site_finding(&RULE, site, message, per_step));
+    }
+}
+
+/// The sentence added to a readback finding when some of its `count` copies have their GPU
+/// end at the host return (`bounded` of them); empty when none has.
+pub(crate) fn host_return_note(count: u64, bounded: u64) -> String {
+    match bounded {
+        0 => String::new(),
+        b if b >= count => {
+            "; their GPU time ends at the host return (an upper bound: each copy was over when the call returned)".to_owned()
+        }
+        b => format!(
+            "; the GPU time of {b} of them ends at the host return (an upper bound: the copy was over when the call returned)"
+        ),
     }
 }

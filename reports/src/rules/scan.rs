@@ -41,6 +41,9 @@ pub struct Site {
     pub host_ns: u64,
     /// GPU time of the operations (copies), 0 when not measured.
     pub gpu_ns: u64,
+    /// Copies whose GPU end is the host return of the blocking call (an upper bound of
+    /// their GPU time; see [`crate::event::GpuOp::gpu_end_at_host_return`]).
+    pub gpu_end_at_host_return: u64,
 }
 
 /// What one pass over a process trace found.
@@ -82,6 +85,7 @@ struct Op {
     host_end: u64,
     bytes: u64,
     gpu_ns: u64,
+    gpu_end_at_host_return: bool,
 }
 
 /// Reads `path` once. `step_span`: the step span name (`None`: the one in the trace header);
@@ -191,6 +195,7 @@ pub fn scan_file(
                 host_end: op.host_end_ns,
                 bytes: op.bytes,
                 gpu_ns,
+                gpu_end_at_host_return: op.gpu_end_at_host_return,
             });
         }
         Event::GpuTiming {
@@ -229,6 +234,7 @@ pub fn scan_file(
             bytes: 0,
             host_ns: 0,
             gpu_ns: 0,
+            gpu_end_at_host_return: 0,
         })
         .collect();
     let mut hit: HashSet<(u32, usize)> = HashSet::new();
@@ -243,6 +249,7 @@ pub fn scan_file(
         s.bytes += op.bytes;
         s.host_ns += op.host_end - op.host_start;
         s.gpu_ns += op.gpu_ns;
+        s.gpu_end_at_host_return += u64::from(op.gpu_end_at_host_return);
         if hit.insert((op.site, step)) {
             s.steps_hit += 1;
         }

@@ -34,6 +34,9 @@ pub struct Synth<W: Write> {
     dropped: u64,
     /// Device memory held by the simulated program.
     pub mem: u64,
+    /// Readbacks have their GPU end at the host return (as the recorder marks a blocking
+    /// copy whose end event completed after the call returned).
+    pub readback_end_at_host_return: bool,
 }
 
 /// Where a call came from.
@@ -67,6 +70,7 @@ impl<W: Write> Synth<W> {
             records: 0,
             dropped: 0,
             mem: 0,
+            readback_end_at_host_return: false,
         };
         s.rec(Record::Thread(ThreadInfo::new(0, 4242, Some("main"))));
         s.rec(Record::Device(DeviceInfo::new(
@@ -247,7 +251,9 @@ impl<W: Write> Synth<W> {
             host_end: host.1,
             gpu_start,
             gpu_end,
-            gpu_end_at_host_return: false,
+            gpu_end_at_host_return: kind == GpuOpKind::MemcpyDtoH
+                && self.readback_end_at_host_return
+                && gpu_end.is_some(),
             span: self.current(thread),
             location,
             kernel: kernel.map(|k| KernelInfo {

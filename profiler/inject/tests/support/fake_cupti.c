@@ -173,7 +173,13 @@ CUptiResult cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, si
     return SUCCESS;
 }
 
-CUptiResult cuptiGetTimestamp(uint64_t *timestamp) { *timestamp = g_now; return SUCCESS; }
+static int g_fail_timestamp;
+void fake_fail_timestamp(void) { g_fail_timestamp = 1; }
+CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
+    if (g_fail_timestamp) return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    *timestamp = g_now;
+    return SUCCESS;
+}
 
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record) {
     size_t next = 0;
