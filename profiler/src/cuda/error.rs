@@ -51,9 +51,10 @@ pub enum CudaError {
         source: DriverError,
     },
     /// The cuBLAS handle given to [`crate::cuda::ProfiledStream::gemm`] runs on another
-    /// stream than the profiled one, so its GEMMs would not be timed where they run.
+    /// stream than the profiled one and could not be bound to it, so its GEMMs would not be
+    /// timed where they run.
     #[error(
-        "the cuBLAS handle is bound to another stream than the profiled stream (make it with ProfiledStream::new_blas)"
+        "the cuBLAS handle runs on another stream than the profiled stream and could not be bound to it (make it with ProfiledStream::new_blas)"
     )]
     BlasOtherStream,
     /// A cuBLAS call failed.

@@ -854,7 +854,17 @@ impl ProfiledStream {
                 source,
             })?;
         if !same_stream(bound as usize, self.stream.cu_stream() as usize) {
-            return Err(CudaError::BlasOtherStream);
+            // Bound elsewhere (a handle made for another stream): bind it to this one, whose
+            // events bracket the GEMM. Binding to the stream it already runs on is harmless.
+            // SAFETY: a live handle and this profiled stream, alive for the call.
+            unsafe {
+                cudarc::cublas::sys::cublasSetStream_v2(
+                    *blas.handle(),
+                    self.stream.cu_stream() as cudarc::cublas::sys::cudaStream_t,
+                )
+            }
+            .result()
+            .map_err(|_| CudaError::BlasOtherStream)?;
         }
         self.timed(
             GpuOpKind::Kernel,
@@ -889,10 +899,10 @@ impl ProfiledStream {
     }
 }
 
-/// Whether `bound` (the stream a cuBLAS handle runs on) is `ours`. The null stream is the
-/// legacy default stream, never a profiled stream's.
+/// Whether `bound` (the stream a cuBLAS handle runs on) is `ours` (both null: the default
+/// stream).
 fn same_stream(bound: usize, ours: usize) -> bool {
-    bound != 0 && bound == ours
+    bound == ours
 }
 
 /// Whether a driver status is a sticky fault: the context cannot be used again, and every
@@ -1071,6 +1081,7 @@ mod tests {
         assert!(same_stream(0x1000, 0x1000));
         assert!(!same_stream(0x2000, 0x1000));
         assert!(!same_stream(0, 0x1000));
+        assert!(same_stream(0, 0));
         assert!(
             CudaError::BlasOtherStream
                 .to_string()
