@@ -116,7 +116,7 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
 /// when the file does not tokenize. Doc comments, which the tokenizer hands over as `doc`
 /// attributes whose literal spans the comment, are comments and not listed.
 fn literal_ranges(source: &str) -> Option<Vec<Range<usize>>> {
-    let prefix = skipped_prefix_len(source);
+    let prefix = crate::analysis::skipped_prefix_len(source);
     let tokens: proc_macro2::TokenStream = source[prefix..].parse().ok()?;
     let mut out = Vec::new();
     collect_literals(tokens, source, prefix, &mut out);
@@ -154,21 +154,6 @@ fn collect_literals(
 fn inside(ranges: &[Range<usize>], at: usize) -> bool {
     let i = ranges.partition_point(|r| r.end <= at);
     ranges.get(i).is_some_and(|r| r.start <= at)
-}
-
-/// What the tokenizer is not given: a BOM, then a shebang line (not `#![attr]`), as
-/// `syn::parse_file` does.
-fn skipped_prefix_len(source: &str) -> usize {
-    let mut skipped = 0;
-    let mut rest = source;
-    if let Some(stripped) = rest.strip_prefix('\u{feff}') {
-        skipped += '\u{feff}'.len_utf8();
-        rest = stripped;
-    }
-    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
-        skipped += rest.find('\n').unwrap_or(rest.len());
-    }
-    skipped
 }
 
 #[cfg(test)]

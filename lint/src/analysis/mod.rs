@@ -61,7 +61,7 @@ impl SourceFile {
 }
 
 /// What `syn::parse_file` strips before tokenizing: a BOM, then a shebang line (not `#![attr]`).
-fn skipped_prefix_len(source: &str) -> usize {
+pub(crate) fn skipped_prefix_len(source: &str) -> usize {
     let mut skipped = 0;
     let mut rest = source;
     if let Some(stripped) = rest.strip_prefix('\u{feff}') {

@@ -1077,15 +1077,16 @@ mod tests {
     }
 
     #[test]
-    fn a_blas_handle_on_the_null_or_another_stream_is_not_ours() {
+    fn a_blas_handle_on_another_stream_is_not_ours() {
         assert!(same_stream(0x1000, 0x1000));
         assert!(!same_stream(0x2000, 0x1000));
         assert!(!same_stream(0, 0x1000));
+        // Both on the default stream.
         assert!(same_stream(0, 0));
         assert!(
             CudaError::BlasOtherStream
                 .to_string()
-                .contains("bound to another stream")
+                .contains("could not be bound to it")
         );
     }
 
