@@ -109,6 +109,30 @@ impl Header {
     }
 }
 
+/// The `extra` header entry that says where the trace's timings come from. A trace whose GPU
+/// timings were simulated (report tests, benchmarks, examples) carries
+/// `("perfkit.timings", "synthetic")`; a recorded trace has no such entry.
+pub const TIMINGS_KEY: &str = "perfkit.timings";
+/// The [`TIMINGS_KEY`] value of a trace whose GPU timings were simulated.
+pub const SYNTHETIC_TIMINGS: &str = "synthetic";
+
+impl Header {
+    /// Marks the trace as synthetic: its GPU timings come from a simulator, not a GPU.
+    pub fn mark_synthetic(&mut self) {
+        if !self.is_synthetic() {
+            self.extra
+                .push((TIMINGS_KEY.to_owned(), SYNTHETIC_TIMINGS.to_owned()));
+        }
+    }
+
+    /// Whether the trace says its GPU timings were simulated (see [`TIMINGS_KEY`]).
+    pub fn is_synthetic(&self) -> bool {
+        self.extra
+            .iter()
+            .any(|(k, v)| k == TIMINGS_KEY && v == SYNTHETIC_TIMINGS)
+    }
+}
+
 fn env_u32(name: &str) -> Option<u32> {
     std::env::var(name).ok()?.trim().parse().ok()
 }

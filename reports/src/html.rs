@@ -294,6 +294,7 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
     json!({
         "title": options.title,
         "source": analysis.source,
+        "synthetic": analysis.is_synthetic(),
         "generator": format!("perfkit {}", env!("CARGO_PKG_VERSION")),
         "created": options.created,
         "complete": analysis.complete,
@@ -325,8 +326,16 @@ pub fn render(analysis: &Analysis, findings: &[Finding], options: &HtmlOptions) 
     page.push_str(&format!(
         "<title>{title}</title>\n<style nonce=\"{nonce}\">\n{CSS}</style>\n</head>\n<body>\n"
     ));
+    let synthetic = if analysis.is_synthetic() {
+        format!(
+            "<div class=\"meta synthetic\" id=\"synthetic\">{}: not measured on a GPU</div>",
+            crate::model::SYNTHETIC_NOTE
+        )
+    } else {
+        String::new()
+    };
     page.push_str(&format!(
-        "<header><h1>{title}</h1><div class=\"meta\" id=\"source\"></div><div class=\"meta\" id=\"meta\"></div></header>\n"
+        "<header><h1>{title}</h1>{synthetic}<div class=\"meta\" id=\"source\"></div><div class=\"meta\" id=\"meta\"></div></header>\n"
     ));
     page.push_str(concat!(
         "<main>\n",

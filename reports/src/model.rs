@@ -58,7 +58,15 @@ impl UnreadableTrace {
     }
 }
 
+/// What every output says of a run whose GPU timings were simulated.
+pub const SYNTHETIC_NOTE: &str = "synthetic (simulated GPU timings)";
+
 impl Analysis {
+    /// Whether a trace of the run says its GPU timings were simulated, not measured.
+    pub fn is_synthetic(&self) -> bool {
+        self.processes.iter().any(|p| p.meta.synthetic)
+    }
+
     /// Why the run is incomplete, one sentence each; empty for a complete run. The one list
     /// every output shows.
     pub fn incomplete_reasons(&self) -> Vec<String> {
@@ -102,6 +110,9 @@ pub struct ProcessMeta {
     pub world_size: Option<u32>,
     /// Wall-clock start of the trace (Unix epoch, nanoseconds).
     pub start_unix_ns: u64,
+    /// The trace says its GPU timings were simulated, not measured on a GPU.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub synthetic: bool,
 }
 
 impl ProcessMeta {

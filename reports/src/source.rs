@@ -70,6 +70,7 @@ impl TraceSource {
             local_rank: h.local_rank,
             world_size: h.world_size,
             start_unix_ns: h.start_unix_ns,
+            synthetic: h.is_synthetic(),
         };
         let step_span = if h.step_span_name.is_empty() {
             perfkit_profiler::summary::DEFAULT_STEP_SPAN.to_owned()

@@ -43,6 +43,10 @@ pub struct AnalysisSection {
     pub generator: String,
     /// Where the traces came from.
     pub source: String,
+    /// `synthetic (simulated GPU timings)` when a trace says its GPU timings were simulated;
+    /// absent for a recorded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<String>,
     /// Wall-clock start of the run (Unix epoch, ns).
     pub start_unix_ns: u64,
     /// Run duration, ns.
@@ -68,6 +72,9 @@ impl AnalysisSection {
         Self {
             generator: format!("perfkit {}", env!("CARGO_PKG_VERSION")),
             source: analysis.source.clone(),
+            timings: analysis
+                .is_synthetic()
+                .then(|| crate::model::SYNTHETIC_NOTE.to_owned()),
             start_unix_ns: analysis.start_unix_ns,
             duration_ns: analysis.duration_ns,
             complete: analysis.complete,
@@ -214,6 +221,17 @@ pub fn incomplete_reasons(summary: &Summary) -> Vec<String> {
 pub fn markdown(summary: &Summary, top: usize) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "## perfkit report\n");
+    if summary
+        .analysis
+        .as_ref()
+        .is_some_and(|a| a.timings.is_some() || a.processes.iter().any(|p| p.meta.synthetic))
+    {
+        let _ = writeln!(
+            md,
+            "**{}:** not measured on a GPU.\n",
+            crate::model::SYNTHETIC_NOTE
+        );
+    }
     let processes = summary.processes();
     let run = &summary.core.run;
     let exit = run
@@ -475,6 +493,13 @@ pub fn pinned_label(pinned: Option<bool>) -> &'static str {
 /// The terminal summary: steps and a span table in the style of Lightning's SimpleProfiler.
 pub fn terminal_table(analysis: &Analysis, top: usize) -> String {
     let mut out = String::new();
+    if analysis.is_synthetic() {
+        let _ = writeln!(
+            out,
+            "{}: not measured on a GPU",
+            crate::model::SYNTHETIC_NOTE
+        );
+    }
     for p in &analysis.processes {
         if analysis.processes.len() > 1 {
             let _ = writeln!(out, "{} ({}):", p.meta.label(), p.meta.host);

@@ -98,4 +98,16 @@ fn recorded_cpu_run_is_analysed() {
     assert_eq!(written.len(), 8);
     let md = std::fs::read_to_string(out.join("summary.md")).expect("md");
     assert!(md.contains("| backward | 12 |"), "{md}");
+    // A recorded run is not called synthetic anywhere.
+    assert!(!a.is_synthetic());
+    for name in ["summary.md", "summary.json", "report.html"] {
+        let text = std::fs::read_to_string(out.join(name)).expect("output");
+        assert!(!text.contains("simulated GPU timings"), "{name}");
+    }
+    let terminal = perfkit_reports::summary::terminal_table(&a, 5);
+    assert!(!terminal.contains("simulated GPU timings"), "{terminal}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("json"))
+            .expect("json");
+    assert!(json["analysis"].get("timings").is_none(), "{json}");
 }

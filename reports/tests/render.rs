@@ -267,3 +267,35 @@ fn names_from_the_program_are_escaped_in_every_format() {
     );
     assert!(events.iter().any(|e| e["name"] == IMG));
 }
+
+/// A run rendered from simulated GPU timings says so wherever people read it: the HTML
+/// banner, `summary.md`, the terminal summary and `summary.json`.
+#[test]
+fn synthetic_run_says_so_in_every_output() {
+    use perfkit_reports::model::SYNTHETIC_NOTE;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = run_dir(dir.path(), &Workload::anti_patterns(), 1);
+    let out = dir.path().join("out");
+    let a = analyze_path(&input, &AnalyzeOptions::default()).expect("analyze");
+    assert!(a.is_synthetic(), "the simulator marks its traces");
+    write_all(&a, &out, &Format::ALL, &[], &RenderOptions::default()).expect("render");
+
+    let html = read(&out.join("report.html"));
+    let header =
+        &html[html.find("<header>").expect("header")..html.find("</header>").expect("end")];
+    assert!(header.contains(SYNTHETIC_NOTE), "{header}");
+    let md = read(&out.join("summary.md"));
+    let first = md.lines().take(4).collect::<Vec<_>>().join("\n");
+    assert!(first.contains(SYNTHETIC_NOTE), "{md}");
+    let terminal = perfkit_reports::summary::terminal_table(&a, 5);
+    assert!(
+        terminal
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains(SYNTHETIC_NOTE)),
+        "{terminal}"
+    );
+    let json: Value = serde_json::from_str(&read(&out.join("summary.json"))).expect("json");
+    assert_eq!(json["analysis"]["timings"], SYNTHETIC_NOTE, "{json}");
+    assert_eq!(json["analysis"]["processes"][0]["meta"]["synthetic"], true);
+}

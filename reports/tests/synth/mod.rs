@@ -57,6 +57,7 @@ impl<W: Write> Synth<W> {
         h.start_unix_ns = start_unix_ns;
         h.rank = rank;
         h.world_size = rank.map(|_| 4);
+        h.mark_synthetic();
         let w = TraceWriter::new(out, &h).expect("write header");
         let mut s = Self {
             w,
