@@ -192,6 +192,23 @@ pub struct MemcpyRecord {
     pub runtime_correlation: u32,
 }
 
+/// A peer-to-peer copy between two devices (`CUPTI_ACTIVITY_KIND_MEMCPY2`,
+/// `CUpti_ActivityMemcpyPtoP4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCopyRecord {
+    /// The copy itself (`device`/`context` are those the copy ran on; the record has no runtime
+    /// correlation id, so `runtime_correlation` is 0).
+    pub copy: MemcpyRecord,
+    /// Device copied from.
+    pub src_device: u32,
+    /// Context copied from.
+    pub src_context: u32,
+    /// Device copied to.
+    pub dst_device: u32,
+    /// Context copied to.
+    pub dst_context: u32,
+}
+
 /// A kernel execution (`CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`, `CUpti_ActivityKernel10`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelRecord {
@@ -308,6 +325,8 @@ pub struct ApiRecord {
 pub enum Activity {
     /// A memory copy.
     Memcpy(MemcpyRecord),
+    /// A peer-to-peer copy.
+    PeerCopy(PeerCopyRecord),
     /// A kernel.
     Kernel(KernelRecord),
     /// A memset.
@@ -330,6 +349,8 @@ pub mod kind {
     use cudarc::cupti::sys::CUpti_ActivityKind as K;
     /// `CUPTI_ACTIVITY_KIND_MEMCPY`.
     pub const MEMCPY: u32 = K::CUPTI_ACTIVITY_KIND_MEMCPY as u32;
+    /// `CUPTI_ACTIVITY_KIND_MEMCPY2` (peer-to-peer copies).
+    pub const MEMCPY2: u32 = K::CUPTI_ACTIVITY_KIND_MEMCPY2 as u32;
     /// `CUPTI_ACTIVITY_KIND_MEMSET`.
     pub const MEMSET: u32 = K::CUPTI_ACTIVITY_KIND_MEMSET as u32;
     /// `CUPTI_ACTIVITY_KIND_KERNEL` (serialised kernels; same record as concurrent ones).
@@ -352,6 +373,7 @@ pub mod kind {
 pub fn record_size(kind: u32) -> Option<usize> {
     Some(match kind {
         kind::MEMCPY => size_of::<sys::CUpti_ActivityMemcpy6>(),
+        kind::MEMCPY2 => size_of::<sys::CUpti_ActivityMemcpyPtoP4>(),
         kind::MEMSET => size_of::<sys::CUpti_ActivityMemset4>(),
         kind::KERNEL | kind::CONCURRENT_KERNEL => size_of::<sys::CUpti_ActivityKernel10>(),
         kind::DRIVER | kind::RUNTIME => size_of::<sys::CUpti_ActivityAPI>(),
@@ -426,6 +448,7 @@ pub unsafe fn decode(bytes: &[u8]) -> Result<Activity, DecodeError> {
     let k = Fields { bytes }.u32(0);
     match k {
         kind::MEMCPY => decode_memcpy(k, bytes).map(Activity::Memcpy),
+        kind::MEMCPY2 => decode_peer_copy(k, bytes).map(Activity::PeerCopy),
         kind::KERNEL | kind::CONCURRENT_KERNEL => {
             // SAFETY: forwarded from the caller's contract.
             unsafe { decode_kernel(k, bytes) }.map(Activity::Kernel)
@@ -453,6 +476,30 @@ fn decode_memcpy(k: u32, bytes: &[u8]) -> Result<MemcpyRecord, DecodeError> {
         stream: f.u32(offset_of!(T, streamId)),
         correlation: f.u32(offset_of!(T, correlationId)),
         runtime_correlation: f.u32(offset_of!(T, runtimeCorrelationId)),
+    })
+}
+
+fn decode_peer_copy(k: u32, bytes: &[u8]) -> Result<PeerCopyRecord, DecodeError> {
+    type T = sys::CUpti_ActivityMemcpyPtoP4;
+    let f = need(k, bytes, end_of!(T, correlationId, 4))?;
+    Ok(PeerCopyRecord {
+        copy: MemcpyRecord {
+            copy_kind: CopyKind::from_raw(f.u8(offset_of!(T, copyKind))),
+            src_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, srcKind)))),
+            dst_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, dstKind)))),
+            bytes: f.u64(offset_of!(T, bytes)),
+            start: f.u64(offset_of!(T, start)),
+            end: f.u64(offset_of!(T, end)),
+            device: f.u32(offset_of!(T, deviceId)),
+            context: f.u32(offset_of!(T, contextId)),
+            stream: f.u32(offset_of!(T, streamId)),
+            correlation: f.u32(offset_of!(T, correlationId)),
+            runtime_correlation: 0,
+        },
+        src_device: f.u32(offset_of!(T, srcDeviceId)),
+        src_context: f.u32(offset_of!(T, srcContextId)),
+        dst_device: f.u32(offset_of!(T, dstDeviceId)),
+        dst_context: f.u32(offset_of!(T, dstContextId)),
     })
 }
 

@@ -377,6 +377,7 @@ fn start() -> Result<String, String> {
     use sys::CUpti_ActivityKind as K;
     let kinds = vec![
         K::CUPTI_ACTIVITY_KIND_MEMCPY,
+        K::CUPTI_ACTIVITY_KIND_MEMCPY2,
         K::CUPTI_ACTIVITY_KIND_MEMSET,
         K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
         K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,

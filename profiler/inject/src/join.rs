@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use perfkit_profiler::model::{GpuOpKind, HostMemory, Nanos, ThreadIndex};
 
-use crate::decode::{Activity, ApiRecord, CopyKind, MemoryKind, SyncKind};
+use crate::decode::{Activity, ApiRecord, CopyKind, MemoryKind, PeerCopyRecord, SyncKind};
 
 /// What the API callbacks know about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +289,9 @@ impl Joiner {
     /// Converts one record (an API record only updates the table).
     pub fn convert(&mut self, a: &Activity, clock: &Clock) -> Result<Op, Skip> {
         let (context, device) = match a {
-            Activity::Memcpy(m) => (m.context, m.device),
+            Activity::Memcpy(m) | Activity::PeerCopy(PeerCopyRecord { copy: m, .. }) => {
+                (m.context, m.device)
+            }
             Activity::Kernel(k) => (k.context, k.device),
             Activity::Memset(m) => (m.context, m.device),
             Activity::Memory(m) => (m.context, m.device),
@@ -303,7 +305,7 @@ impl Joiner {
                 self.api_record(r, clock);
                 Err(Skip::Api)
             }
-            Activity::Memcpy(m) => {
+            Activity::Memcpy(m) | Activity::PeerCopy(PeerCopyRecord { copy: m, .. }) => {
                 let (kind, host_side) = match m.copy_kind {
                     CopyKind::HtoD | CopyKind::HtoA => (GpuOpKind::MemcpyHtoD, Some(m.src_kind)),
                     CopyKind::DtoH | CopyKind::AtoH => (GpuOpKind::MemcpyDtoH, Some(m.dst_kind)),

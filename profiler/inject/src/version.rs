@@ -3,7 +3,7 @@
 //! CUPTI writes activity records as the structs of the `cupti_activity.h` it was built from.
 //! This crate decodes the layouts of the CUPTI 13.0 headers (`CUpti_ActivityMemcpy6`,
 //! `CUpti_ActivityKernel10`, `CUpti_ActivityMemset4`, `CUpti_ActivityMemory4`,
-//! `CUpti_ActivitySynchronization2`, `CUpti_ActivityAPI`). The 13.x headers (13.0 to 13.4) only
+//! `CUpti_ActivitySynchronization2`, `CUpti_ActivityAPI`, `CUpti_ActivityMemcpyPtoP4`). The 13.x headers (13.0 to 13.4) only
 //! append fields to those records (`CUpti_ActivityKernel11..13` and `CUpti_ActivityMemcpy7` /
 //! `CUpti_ActivityMemset5` keep the 13.0 prefix), so any CUPTI 13.x is read correctly. CUPTI 12.x
 //! and older use other layouts (CUPTI 12.8's `CUpti_ActivityMemcpy6` differs from 13.0's), and

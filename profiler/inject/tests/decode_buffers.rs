@@ -438,3 +438,110 @@ fn a_decoded_step_becomes_trace_operations() {
     assert_eq!((ops[3].host_start, ops[3].host_end), (400, 900));
     assert!(ops.iter().all(|o| o.joined && o.thread == Some(1)));
 }
+
+fn peer_copy(correlation: u32) -> sys::CUpti_ActivityMemcpyPtoP4 {
+    let mut r: sys::CUpti_ActivityMemcpyPtoP4 = zeroed();
+    r.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY2;
+    r.copyKind = sys::CUpti_ActivityMemcpyKind::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8;
+    r.srcKind = sys::CUpti_ActivityMemoryKind::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE as u8;
+    r.dstKind = sys::CUpti_ActivityMemoryKind::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE as u8;
+    r.bytes = 1 << 24;
+    r.start = 2_000_000;
+    r.end = 2_100_000;
+    r.deviceId = 1;
+    r.contextId = 2;
+    r.streamId = 7;
+    r.srcDeviceId = 1;
+    r.srcContextId = 2;
+    r.dstDeviceId = 0;
+    r.dstContextId = 1;
+    r.correlationId = correlation;
+    r.channelType = sys::CUpti_ChannelType::CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+    r
+}
+
+#[test]
+fn peer_copy_layout_is_cupti_13s() {
+    // Offsets and size of `CUpti_ActivityMemcpyPtoP4` in cupti_activity.h of CUPTI 13.0.85
+    // (nvidia-cuda-cupti 13.0.85, 64-bit: no `pad` before `reserved0`).
+    use std::mem::offset_of;
+    type T = sys::CUpti_ActivityMemcpyPtoP4;
+    let fields = [
+        (offset_of!(T, kind), 0),
+        (offset_of!(T, copyKind), 4),
+        (offset_of!(T, srcKind), 5),
+        (offset_of!(T, dstKind), 6),
+        (offset_of!(T, flags), 7),
+        (offset_of!(T, bytes), 8),
+        (offset_of!(T, start), 16),
+        (offset_of!(T, end), 24),
+        (offset_of!(T, deviceId), 32),
+        (offset_of!(T, contextId), 36),
+        (offset_of!(T, streamId), 40),
+        (offset_of!(T, srcDeviceId), 44),
+        (offset_of!(T, srcContextId), 48),
+        (offset_of!(T, dstDeviceId), 52),
+        (offset_of!(T, dstContextId), 56),
+        (offset_of!(T, correlationId), 60),
+        (offset_of!(T, reserved0), 64),
+        (offset_of!(T, graphNodeId), 72),
+        (offset_of!(T, graphId), 80),
+        (offset_of!(T, channelID), 84),
+        (offset_of!(T, channelType), 88),
+    ];
+    for (i, (got, want)) in fields.iter().enumerate() {
+        assert_eq!(got, want, "field {i}");
+    }
+    assert_eq!(size_of::<T>(), 96);
+    assert_eq!(decode::record_size(decode::kind::MEMCPY2), Some(96));
+}
+
+#[test]
+fn a_peer_copy_decodes_and_becomes_a_device_copy() {
+    let mut b = Buffer::new();
+    b.push(&peer_copy(50));
+    // SAFETY: peer copy records hold no pointers that are followed.
+    let recs = unsafe { decode::walk(b.bytes()) };
+    assert_eq!(recs.len(), 1);
+    let a = recs[0].as_ref().unwrap();
+    let Activity::PeerCopy(p) = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(p.copy.copy_kind, CopyKind::PtoP);
+    assert_eq!(
+        (p.copy.bytes, p.copy.start, p.copy.end),
+        (1 << 24, 2_000_000, 2_100_000)
+    );
+    assert_eq!((p.copy.device, p.copy.context, p.copy.stream), (1, 2, 7));
+    assert_eq!((p.copy.correlation, p.copy.runtime_correlation), (50, 0));
+    assert_eq!((p.src_device, p.src_context), (1, 2));
+    assert_eq!((p.dst_device, p.dst_context), (0, 1));
+
+    let full = b.bytes();
+    // SAFETY: as above.
+    let e = unsafe { decode::decode(&full[..60]) }.unwrap_err();
+    assert!(e.to_string().contains("is 60 bytes long"), "{e}");
+
+    let mut j = Joiner::new();
+    j.call_enter(
+        50,
+        CallInfo {
+            thread: Some(1),
+            host_start: 100,
+            host_end: 600,
+            stack: Some(9),
+            outer: None,
+            inner: None,
+            repeats: false,
+        },
+    );
+    j.call_exit(50, 600);
+    let op = j.convert(a, &Clock::from_pair(0, 500_000)).unwrap();
+    assert_eq!(op.kind, GpuOpKind::MemcpyDtoD);
+    assert_eq!(
+        (op.bytes, op.host_memory, op.stack),
+        (1 << 24, None, Some(9))
+    );
+    assert_eq!(op.gpu_start, Some(1_500_000));
+    assert!(op.joined);
+}

@@ -249,6 +249,7 @@ fn child(scenario: &str) {
     }
     for (name, k) in [
         ("MEMCPY", K::CUPTI_ACTIVITY_KIND_MEMCPY),
+        ("MEMCPY2", K::CUPTI_ACTIVITY_KIND_MEMCPY2),
         (
             "CONCURRENT_KERNEL",
             K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -397,6 +398,7 @@ fn a_step_played_through_a_stand_in_cupti_lands_in_the_trace() {
     );
     for kind in [
         "MEMCPY",
+        "MEMCPY2",
         "CONCURRENT_KERNEL",
         "SYNCHRONIZATION",
         "MEMSET",

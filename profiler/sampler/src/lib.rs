@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod devices;
+pub mod ordinals;
 mod sampler;
 
 pub use sampler::{

@@ -65,6 +65,9 @@ pub struct SamplerStats {
     pub samples: u64,
     /// GPUs sampled.
     pub gpus: u32,
+    /// Whether the device numbers recorded are CUDA ordinals (matched by PCI address, GPUs that
+    /// CUDA does not see left out); `false` when no CUDA driver answered and they are NVML indices.
+    pub cuda_ordinals: bool,
 }
 
 /// Writes a sampler trace: a header marked with [`SAMPLER_ROLE`], a `Device` record per GPU,
@@ -215,15 +218,19 @@ impl Sampler {
         if count == 0 {
             return Err(SamplerError::NoGpu);
         }
+        let devices = numbering(&nvml, count);
+        if devices.gpus.is_empty() {
+            return Err(SamplerError::NoGpu);
+        }
         let mut writer = SampleWriter::create_in(trace_dir)?;
         let path = writer.path().to_path_buf();
-        for i in 0..count {
+        for &(i, device) in &devices.gpus {
             let Ok(d) = nvml.device_by_index(i) else {
                 continue;
             };
             let cc = d.cuda_compute_capability().ok();
             writer.device(DeviceInfo {
-                device: i,
+                device,
                 name: d.name().unwrap_or_default(),
                 total_memory: d.memory_info().map_or(0, |m| m.total),
                 compute_capability: cc.map_or((0, 0), |c| {
@@ -238,7 +245,7 @@ impl Sampler {
         let (tx, rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("perfkit-gpu-sampler".into())
-            .spawn(move || run(nvml, count, writer, rx, opts.interval))
+            .spawn(move || run(nvml, devices, writer, rx, opts.interval))
             .map_err(|source| SamplerError::Io {
                 path: path.clone(),
                 source,
@@ -275,20 +282,61 @@ impl Drop for Sampler {
     }
 }
 
+/// The GPUs to sample: (NVML index, device number to record).
+struct Numbering {
+    gpus: Vec<(u32, u32)>,
+    cuda_ordinals: bool,
+}
+
+/// Numbers the NVML devices as the recorder does, by CUDA ordinal, matching PCI addresses; the
+/// GPUs CUDA does not see (`CUDA_VISIBLE_DEVICES`) are left out. Without a CUDA driver that
+/// answers, or when no address matches, every GPU keeps its NVML index.
+fn numbering(nvml: &nvml_wrapper::Nvml, count: u32) -> Numbering {
+    use crate::ordinals::{cuda_pci_addresses, nvml_to_cuda, parse_bus_id};
+    let by_index = || Numbering {
+        gpus: (0..count).map(|i| (i, i)).collect(),
+        cuda_ordinals: false,
+    };
+    let Some(cuda) = cuda_pci_addresses() else {
+        return by_index();
+    };
+    let addrs: Vec<_> = (0..count)
+        .map(|i| {
+            let d = nvml.device_by_index(i).ok()?;
+            parse_bus_id(&d.pci_info().ok()?.bus_id)
+        })
+        .collect();
+    let ordinals = nvml_to_cuda(&addrs, &cuda);
+    let gpus: Vec<_> = (0..count)
+        .zip(ordinals)
+        .filter_map(|(i, k)| Some((i, k?)))
+        .collect();
+    if gpus.is_empty() {
+        return by_index();
+    }
+    Numbering {
+        gpus,
+        cuda_ordinals: true,
+    }
+}
+
 fn run(
     nvml: nvml_wrapper::Nvml,
-    count: u32,
+    numbering: Numbering,
     mut writer: SampleWriter,
     stop: mpsc::Receiver<()>,
     interval: Duration,
 ) -> Result<SamplerStats, SamplerError> {
     use nvml_wrapper::enum_wrappers::device::Clock;
     let mut stats = SamplerStats {
-        gpus: count,
+        gpus: u32::try_from(numbering.gpus.len()).unwrap_or(u32::MAX),
+        cuda_ordinals: numbering.cuda_ordinals,
         ..SamplerStats::default()
     };
-    let devices: Vec<_> = (0..count)
-        .filter_map(|i| nvml.device_by_index(i).ok().map(|d| (i, d)))
+    let devices: Vec<_> = numbering
+        .gpus
+        .iter()
+        .filter_map(|&(i, device)| nvml.device_by_index(i).ok().map(|d| (device, d)))
         .collect();
     let mut next = Instant::now();
     loop {
