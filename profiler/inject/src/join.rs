@@ -726,20 +726,7 @@ mod tests {
         let clock = Clock::from_pair(1_000, 2_000);
         let mut j = Joiner::new();
         for corr in 1..=10_000u32 {
-            let k = Activity::Kernel(KernelRecord {
-                name: None,
-                start: 5_000,
-                end: 6_000,
-                device: 0,
-                context: 1,
-                stream: 3,
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                static_shared_memory: 0,
-                dynamic_shared_memory: 0,
-                correlation: corr,
-            });
-            j.convert(&k, &clock).unwrap();
+            j.convert(&kernel(corr), &clock).unwrap();
             let api = Activity::Api(ApiRecord {
                 domain: ApiDomain::Driver,
                 cbid: 307,
