@@ -31,6 +31,28 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
+/// Profiles a program that copies a good trace into `$PERFKIT_TRACE` and then runs `then` (a
+/// shell command, or nothing), with `flags` before `--out OUT`.
+fn profile_copying_good_trace(
+    tmp: &Path,
+    out: &Path,
+    flags: &[&str],
+    then: Option<&str>,
+) -> (i32, String, String) {
+    let good = write(&tmp.join("good.pktrace"), good_trace());
+    let mut script = format!("cp '{}' \"$PERFKIT_TRACE/\"", good.display());
+    if let Some(then) = then {
+        script.push_str(" && ");
+        script.push_str(then);
+    }
+    run(perfkit()
+        .arg("profile")
+        .args(flags)
+        .arg("--out")
+        .arg(out)
+        .args(["--", "sh", "-c", &script]))
+}
+
 fn write(path: &Path, text: impl AsRef<[u8]>) -> PathBuf {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).unwrap();
@@ -237,16 +259,13 @@ fn report_reports_what_is_readable_and_names_what_is_not() {
 #[test]
 fn profile_writes_the_reports_beside_an_empty_trace() {
     let tmp = tempfile::tempdir().unwrap();
-    let good = write(&tmp.path().join("good.pktrace"), good_trace());
     let out = tmp.path().join("run");
-    let script = format!(
-        "cp '{}' \"$PERFKIT_TRACE/\" && : > \"$PERFKIT_TRACE/worker-9.pktrace\"",
-        good.display()
+    let (code, _, stderr) = profile_copying_good_trace(
+        tmp.path(),
+        &out,
+        &["--no-lint", "--no-inject"],
+        Some(": > \"$PERFKIT_TRACE/worker-9.pktrace\""),
     );
-    let (code, _, stderr) = run(perfkit()
-        .args(["profile", "--no-lint", "--no-inject", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script]));
     assert_eq!(code, 0, "{stderr}");
     assert!(out.join("report.html").is_file(), "{stderr}");
     assert!(stderr.contains("worker-9.pktrace"), "{stderr}");
@@ -301,16 +320,13 @@ fn check_fails_on_an_incomplete_candidate_unless_allowed() {
 fn check_fails_on_a_candidate_ended_by_sigint() {
     let tmp = tempfile::tempdir().unwrap();
     let base = good_run(tmp.path());
-    let good = write(&tmp.path().join("good.pktrace"), good_trace());
     let out = tmp.path().join("stopped");
-    let script = format!(
-        "cp '{}' \"$PERFKIT_TRACE/\" && kill -INT $$",
-        good.display()
+    let (code, _, stderr) = profile_copying_good_trace(
+        tmp.path(),
+        &out,
+        &["--quiet", "--no-lint", "--no-inject"],
+        Some("kill -INT $$"),
     );
-    let (code, _, stderr) = run(perfkit()
-        .args(["profile", "--quiet", "--no-lint", "--no-inject", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script]));
     assert_eq!(code, 130, "{stderr}");
     let (code, stdout, stderr) = run(perfkit()
         .env_remove("GITHUB_STEP_SUMMARY")
@@ -363,16 +379,15 @@ fn report_lint_names_a_missing_path_and_an_unparsable_file_and_exits_2() {
 #[test]
 fn profile_lint_names_a_missing_path() {
     let tmp = tempfile::tempdir().unwrap();
-    let good = write(&tmp.path().join("good.pktrace"), good_trace());
     let out = tmp.path().join("run");
     let missing = tmp.path().join("no/such/path");
-    let script = format!("cp '{}' \"$PERFKIT_TRACE/\"", good.display());
-    let (code, _, stderr) = run(perfkit()
-        .args(["profile", "--quiet", "--no-inject", "--out"])
-        .arg(&out)
-        .arg("--lint")
-        .arg(&missing)
-        .args(["--", "sh", "-c", &script]));
+    let missing = missing.to_str().expect("a UTF-8 path");
+    let (code, _, stderr) = profile_copying_good_trace(
+        tmp.path(),
+        &out,
+        &["--quiet", "--no-inject", "--lint", missing],
+        None,
+    );
     assert_eq!(code, 0, "the program's own exit status: {stderr}");
     assert!(stderr.contains("no/such/path"), "{stderr}");
     assert!(stderr.contains("could not be linted"), "{stderr}");
@@ -531,17 +546,14 @@ fn a_note_shows_its_path_as_the_primary_location_does() {
 #[test]
 fn the_files_list_says_when_the_summary_was_not_written() {
     let tmp = tempfile::tempdir().unwrap();
-    let good = write(&tmp.path().join("good.pktrace"), good_trace());
     let out = tmp.path().join("run");
     // The program leaves a directory where summary.json goes: it cannot be written.
-    let script = format!(
-        "cp '{}' \"$PERFKIT_TRACE/\" && mkdir \"$PERFKIT_TRACE/../summary.json\"",
-        good.display()
+    let (code, _, stderr) = profile_copying_good_trace(
+        tmp.path(),
+        &out,
+        &["--no-lint", "--no-inject"],
+        Some("mkdir \"$PERFKIT_TRACE/../summary.json\""),
     );
-    let (code, _, stderr) = run(perfkit()
-        .args(["profile", "--no-lint", "--no-inject", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script]));
     assert_eq!(code, 0, "{stderr}");
     let files = &stderr[stderr.rfind("\nfiles").expect("a list of files")..];
     assert!(files.contains("summary    not written"), "{files}");
