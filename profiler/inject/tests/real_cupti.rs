@@ -234,3 +234,146 @@ fn the_watched_calls_from_the_real_callback_names() {
     );
     assert!(driver.iter().any(|n| n == "cuProfilerStop"));
 }
+
+/// The CUDA headers `cupti_activity.h` includes (`cuda.h`, `crt/host_defines.h`, ...), from the
+/// `nvidia-cuda-runtime` and `nvidia-cuda-crt` wheels, named by `PERFKIT_TEST_CUDA_INCLUDE`.
+fn cuda_include() -> PathBuf {
+    let p = std::env::var_os("PERFKIT_TEST_CUDA_INCLUDE")
+        .map(PathBuf::from)
+        .expect(
+            "set PERFKIT_TEST_CUDA_INCLUDE to an include directory holding cuda.h and crt/ \
+             (pip install --target DIR nvidia-cuda-runtime nvidia-cuda-crt; DIR/nvidia/cu13/include)",
+        );
+    assert!(p.join("cuda.h").is_file(), "no cuda.h in {}", p.display());
+    p
+}
+
+/// `(C expression, value the decoder uses)` for each struct field the decoder reads, and for
+/// each record size it walks buffers with. The C side is compiled against the wheel's own
+/// `cupti_activity.h`; the Rust side is what `perfkit_inject::decode` reads from.
+fn decoder_layout() -> Vec<(String, usize)> {
+    use cudarc::cupti::sys;
+    use perfkit_inject::decode::{self, kind};
+    use std::mem::offset_of;
+
+    let mut v: Vec<(String, usize)> = Vec::new();
+    macro_rules! fields {
+        ($t:ident: $($f:ident $(as $c:literal)?),+ $(,)?) => {
+            $(
+                let c_field = fields!(@name $f $(, $c)?);
+                v.push((
+                    format!("offsetof({}, {})", stringify!($t), c_field),
+                    offset_of!(sys::$t, $f),
+                ));
+            )+
+        };
+        (@name $f:ident) => { stringify!($f) };
+        (@name $f:ident, $c:literal) => { $c };
+    }
+    fields!(CUpti_ActivityMemcpy6: copyKind, srcKind, dstKind, bytes, start, end, deviceId,
+        contextId, streamId, correlationId, runtimeCorrelationId);
+    fields!(CUpti_ActivityMemcpyPtoP4: copyKind, srcKind, dstKind, bytes, start, end, deviceId,
+        contextId, streamId, correlationId, srcDeviceId, srcContextId, dstDeviceId, dstContextId);
+    fields!(CUpti_ActivityKernel10: name, start, end, deviceId, contextId, streamId, gridX, gridY,
+        gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, correlationId);
+    fields!(CUpti_ActivityMemset4: bytes, value, start, end, deviceId, contextId, streamId,
+        correlationId, memoryKind);
+    fields!(CUpti_ActivitySynchronization2: type_ as "type", start, end, correlationId,
+        contextId, streamId);
+    fields!(CUpti_ActivityMemory4: memoryOperationType, memoryKind, address, bytes, timestamp,
+        deviceId, contextId, streamId, correlationId);
+    fields!(CUpti_ActivityAPI: cbid, start, end, processId, threadId, correlationId,
+        returnValue);
+    for (k, c_struct) in [
+        (kind::MEMCPY, "CUpti_ActivityMemcpy6"),
+        (kind::MEMCPY2, "CUpti_ActivityMemcpyPtoP4"),
+        (kind::MEMSET, "CUpti_ActivityMemset4"),
+        (kind::KERNEL, "CUpti_ActivityKernel10"),
+        (kind::CONCURRENT_KERNEL, "CUpti_ActivityKernel10"),
+        (kind::DRIVER, "CUpti_ActivityAPI"),
+        (kind::RUNTIME, "CUpti_ActivityAPI"),
+        (kind::SYNCHRONIZATION, "CUpti_ActivitySynchronization2"),
+        (kind::MEMORY2, "CUpti_ActivityMemory4"),
+    ] {
+        let size = decode::record_size(k).expect("a kind the decoder reads");
+        v.push((format!("sizeof({c_struct})"), size));
+    }
+    // The kind numbers the decoder dispatches on.
+    for (k, c_name) in [
+        (kind::MEMCPY, "CUPTI_ACTIVITY_KIND_MEMCPY"),
+        (kind::MEMCPY2, "CUPTI_ACTIVITY_KIND_MEMCPY2"),
+        (kind::MEMSET, "CUPTI_ACTIVITY_KIND_MEMSET"),
+        (kind::KERNEL, "CUPTI_ACTIVITY_KIND_KERNEL"),
+        (
+            kind::CONCURRENT_KERNEL,
+            "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
+        ),
+        (kind::DRIVER, "CUPTI_ACTIVITY_KIND_DRIVER"),
+        (kind::RUNTIME, "CUPTI_ACTIVITY_KIND_RUNTIME"),
+        (kind::SYNCHRONIZATION, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
+        (kind::MEMORY2, "CUPTI_ACTIVITY_KIND_MEMORY2"),
+    ] {
+        v.push((format!("(size_t){c_name}"), k as usize));
+    }
+    v
+}
+
+#[test]
+#[ignore = "needs a real libcupti: set PERFKIT_TEST_CUPTI (pip install nvidia-cuda-cupti) and PERFKIT_TEST_CUDA_INCLUDE"]
+fn the_decoders_record_layouts_match_the_wheels_cupti_activity_h() {
+    let lib = cupti();
+    let cupti_include = lib.parent().unwrap().parent().unwrap().join("include");
+    assert!(
+        cupti_include.join("cupti_activity.h").is_file(),
+        "no cupti_activity.h beside {}",
+        lib.display()
+    );
+    let layout = decoder_layout();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <cupti_activity.h>\nint main(void) {\n",
+    );
+    for (expr, _) in &layout {
+        c.push_str(&format!("    printf(\"%zu\\n\", (size_t)({expr}));\n"));
+    }
+    c.push_str("    return 0;\n}\n");
+    let src = dir.path().join("layout.c");
+    std::fs::write(&src, c).unwrap();
+    let exe = dir.path().join("layout");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .arg("-I")
+        .arg(&cupti_include)
+        .arg("-I")
+        .arg(cuda_include())
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} failed on the header:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    let header: Vec<usize> = String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(header.len(), layout.len());
+    let wrong: Vec<String> = layout
+        .iter()
+        .zip(&header)
+        .filter(|((_, ours), theirs)| ours != *theirs)
+        .map(|((expr, ours), theirs)| format!("{expr}: decoder {ours}, header {theirs}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} disagrees with the decoder:\n{}",
+        cupti_include.join("cupti_activity.h").display(),
+        wrong.join("\n")
+    );
+}

@@ -79,8 +79,12 @@ fn confirm_marks_lint_findings_seen_at_run_time_with_their_cost() {
     );
     assert!(merged[3..].iter().all(|f| f.origin == "runtime"));
     let table = terminal_findings(&merged);
-    assert!(table.contains("lint+run"), "{table}");
-    assert!(table.contains(&crate::format::duration(5_000)), "{table}");
+    let confirmed = table
+        .lines()
+        .find(|l| l.contains("lint+run"))
+        .unwrap_or_else(|| panic!("no confirmed row in {table}"));
+    assert!(confirmed.contains("PK101"), "{table}");
+    assert!(confirmed.contains("5.00 us"), "{table}");
 }
 
 #[test]
