@@ -139,7 +139,9 @@ fn python_frames_locate_findings_confirm_lint_and_fill_flamegraphs() {
     // The synchronization was made without the GIL: no Python line to point at.
     let pk102: Vec<&Finding> = runtime.iter().filter(|f| f.code == "PK102").collect();
     assert!(
-        pk102.iter().all(|f| f.location.as_deref() != Some("train.py:42")),
+        pk102
+            .iter()
+            .all(|f| f.location.as_deref() != Some("train.py:42")),
         "{pk102:#?}"
     );
 

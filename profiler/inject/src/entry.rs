@@ -22,8 +22,8 @@ use crate::decode;
 use crate::join::{CallInfo, Clock, Joiner, Op, PyFrames};
 use crate::python::{self, Python};
 use crate::stack;
-use perfkit_profiler::recorder::StrId;
 use perfkit_profiler::model::ModuleInfo;
+use perfkit_profiler::recorder::StrId;
 
 /// Size of each activity buffer handed to CUPTI.
 const BUFFER_SIZE: usize = 8 << 20;
@@ -307,9 +307,10 @@ fn start() -> Result<String, String> {
     };
     let stack_policy = StackPolicy::parse(std::env::var("PERFKIT_INJECT_STACKS").ok().as_deref())?;
     let python_depth = match std::env::var("PERFKIT_INJECT_PYTHON_DEPTH") {
-        Ok(v) => v.trim().parse::<usize>().map_err(|_| {
-            format!("PERFKIT_INJECT_PYTHON_DEPTH={v:?} is not a number of frames")
-        })?,
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("PERFKIT_INJECT_PYTHON_DEPTH={v:?} is not a number of frames"))?,
         Err(_) => python::DEFAULT_DEPTH,
     };
     let python = if python_depth == 0 {
@@ -867,10 +868,7 @@ fn python_frames(state: &State) -> PyFrames {
         match py.frames(state.python_depth, &intern, &mut frames) {
             python::Read::NotRead => PyFrames::NotRead,
             python::Read::GilNotHeld => {
-                state
-                    .counters
-                    .python_no_gil
-                    .fetch_add(1, Ordering::Relaxed);
+                state.counters.python_no_gil.fetch_add(1, Ordering::Relaxed);
                 PyFrames::GilNotHeld
             }
             python::Read::Frames => {
@@ -879,10 +877,7 @@ fn python_frames(state: &State) -> PyFrames {
                 if id == 0 {
                     return PyFrames::NotRead;
                 }
-                state
-                    .counters
-                    .python_frames
-                    .fetch_add(1, Ordering::Relaxed);
+                state.counters.python_frames.fetch_add(1, Ordering::Relaxed);
                 PyFrames::Stack(id)
             }
         }

@@ -296,7 +296,11 @@ impl Joiner {
                     outer: None,
                     inner: None,
                     repeats: o.repeats || c.repeats,
-                    py: if o.py == PyFrames::NotRead { c.py } else { o.py },
+                    py: if o.py == PyFrames::NotRead {
+                        c.py
+                    } else {
+                        o.py
+                    },
                 });
             }
         } else if let Some(inner) = c.inner {

@@ -127,9 +127,7 @@ impl<S: Copy> Python<S> {
                 frame_code: t::<*mut c_void, unsafe extern "C" fn(Obj) -> Obj>(frame_code),
                 frame_line: t::<*mut c_void, unsafe extern "C" fn(Obj) -> c_int>(frame_line),
                 frame_back: t::<*mut c_void, unsafe extern "C" fn(Obj) -> Obj>(frame_back),
-                getattr: t::<*mut c_void, unsafe extern "C" fn(Obj, *const c_char) -> Obj>(
-                    getattr,
-                ),
+                getattr: t::<*mut c_void, unsafe extern "C" fn(Obj, *const c_char) -> Obj>(getattr),
                 utf8: t::<*mut c_void, unsafe extern "C" fn(Obj) -> *const c_char>(utf8),
                 incref: t::<*mut c_void, unsafe extern "C" fn(Obj)>(incref),
                 decref: t::<*mut c_void, unsafe extern "C" fn(Obj)>(decref),
@@ -169,7 +167,12 @@ impl<S: Copy> Python<S> {
     /// holds the GIL (checked first), on this thread's own frames, with references counted as
     /// the C API documents (`PyThreadState_GetFrame`, `PyFrame_GetCode` and `PyFrame_GetBack`
     /// return new references).
-    unsafe fn walk(&self, depth: usize, intern: &dyn Fn(&str) -> S, out: &mut Vec<Frame<S>>) -> Read {
+    unsafe fn walk(
+        &self,
+        depth: usize,
+        intern: &dyn Fn(&str) -> S,
+        out: &mut Vec<Frame<S>>,
+    ) -> Read {
         let a = &self.api;
         // SAFETY (whole function): see above.
         unsafe {
