@@ -107,6 +107,11 @@ fn each_call_carries_the_python_frames_of_the_thread_that_issued_it() {
     let ops = ops_with_frames(&recs);
     // Per step: upload, kernel, readback, two syncs; and the second thread's copy.
     assert_eq!(ops.len(), STEPS as usize * 5 + 1, "{ops:#?}");
+    assert!(
+        ops.iter()
+            .all(|(g, _)| g.kind == GpuOpKind::Synchronize || g.gpu_start.is_some()),
+        "GPU times on the trace clock: {ops:#?}"
+    );
 
     let innermost = |(g, frames): &(GpuEvent, Option<Option<Vec<PyFrame>>>)| {
         let frames = frames

@@ -118,7 +118,9 @@ pub fn records_file() -> Vec<u8> {
     let mut r = Records::default();
     for step in 0..STEPS {
         let base = 100 * (step + 1);
-        let t = NOW - 50_000_000 + u64::from(step) * 1_000_000;
+        // Within the last 5 ms before the delivery (the script sleeps 10 ms before it, so these
+        // times are after the trace began).
+        let t = NOW - 5_000_000 + u64::from(step) * 1_000_000;
         r.push(&copy(
             C::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
             1 << 20,
@@ -159,7 +161,7 @@ pub fn records_file() -> Vec<u8> {
         C::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH,
         4,
         THREAD_COPY,
-        NOW - 10_000_000,
+        NOW - 1_000_000,
     ));
     let mut out = Vec::new();
     out.extend_from_slice(&(r.offsets.len() as u64).to_le_bytes());
