@@ -119,6 +119,12 @@ impl TraceSource {
         // comes before it).
         let mut py_stacks: HashMap<u64, Vec<PyFrame>> = HashMap::new();
         let mut op_py: HashMap<u64, Option<u64>> = HashMap::new();
+        // Steps inferred from optimizer steps in Python frames, per thread, while the trace
+        // has no step spans of its own.
+        let mut real_steps = false;
+        let mut py_steps: HashMap<u32, PyStepState> = HashMap::new();
+        let mut next_synthetic = u64::MAX;
+        let step_name = self.step_span.clone();
         let mut outcome = ReadOutcome::default();
         loop {
             let record = match self.reader.next_record() {
@@ -144,6 +150,9 @@ impl TraceSource {
                     });
                 }
                 Record::SpanNew(n) => {
+                    if *n.callsite.name == *step_name {
+                        real_steps = true;
+                    }
                     spans.insert(
                         n.id.0,
                         SpanInfo {
@@ -220,6 +229,42 @@ impl TraceSource {
                         PyFrames::Frames(f) if g.location.is_none() => python_caller(f),
                         _ => None,
                     };
+                    if let PyFrames::Frames(frames) = python
+                        && !real_steps
+                    {
+                        let st = py_steps.entry(g.thread).or_default();
+                        if frames.iter().any(python_optimizer_step) {
+                            st.in_marker = true;
+                            st.marker_end = st.marker_end.max(g.host_end);
+                        } else if st.in_marker {
+                            // The first operation after an optimizer step: a step ended when
+                            // that optimizer step's last call returned, and the next began.
+                            st.in_marker = false;
+                            let at = st.marker_end;
+                            let thread = u64::from(g.thread);
+                            if let Some(span) = st.open.take() {
+                                f(&Event::Exit {
+                                    thread,
+                                    span,
+                                    ts_ns: at,
+                                });
+                                f(&Event::Close { span });
+                            }
+                            st.count += 1;
+                            let span = next_synthetic;
+                            next_synthetic -= 1;
+                            f(&Event::Enter {
+                                thread,
+                                span,
+                                name: &step_name,
+                                step: Some(st.count),
+                                file: None,
+                                line: 0,
+                                ts_ns: at,
+                            });
+                            st.open = Some(span);
+                        }
+                    }
                     let (file, line) = match (&g.location, py_caller) {
                         (Some(l), _) => (Some(&*l.file), l.line),
                         (None, Some(f)) => (Some(&*f.file), f.line),
@@ -288,6 +333,28 @@ impl TraceSource {
         outcome.complete = matches!(self.reader.status(), TraceStatus::Complete(_));
         outcome
     }
+}
+
+/// Steps inferred on one thread from the optimizer steps of its Python frames.
+#[derive(Default)]
+struct PyStepState {
+    /// The thread's last operation with Python frames was inside an optimizer step.
+    in_marker: bool,
+    /// When the last call inside that optimizer step returned.
+    marker_end: u64,
+    /// The inferred step open now.
+    open: Option<u64>,
+    /// Steps begun.
+    count: u64,
+}
+
+/// Whether a Python frame is an optimizer's `step`: a function named `step` in a file whose
+/// path names an optimizer module (`torch/optim/sgd.py`, `bitsandbytes/optim/...`,
+/// `transformers/optimization.py`, `apex/optimizers/...`). In a Python trace without step spans
+/// (one captured through injection), each optimizer step ends a training step (see
+/// `docs/injection.md`).
+pub fn python_optimizer_step(f: &PyFrame) -> bool {
+    &*f.function == "step" && f.file.to_ascii_lowercase().contains("optim")
 }
 
 /// Whether a Python source file belongs to a library rather than to the program: installed

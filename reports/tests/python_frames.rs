@@ -45,8 +45,9 @@ fn gpu(kind: GpuOpKind, id: u64, start: u64, host_ns: u64, bytes: u64) -> GpuEve
 
 /// A Python training loop seen through injection: `STEPS` step spans; in each, a kernel and a
 /// small readback whose innermost frame is in an installed package (`torch/_tensor.py`) and
-/// whose caller is `train.py:42`, and a synchronization made without the GIL held.
-fn trace() -> Vec<u8> {
+/// whose caller is `train.py:42`, and a synchronization made without the GIL held. With
+/// `optimizer`, the kernel is launched inside an optimizer's `step`.
+fn trace(optimizer: bool) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &Header::new("python3", 7)).expect("header");
     let step = Arc::new(Callsite::new("step", "train", CallsiteKind::Span, &[]));
     let mut records = vec![
@@ -65,10 +66,20 @@ fn trace() -> Vec<u8> {
         }),
         Record::PyStack(PyStackInfo {
             id: 2,
-            frames: vec![
-                frame("train.py", "train_step", 40),
-                frame("train.py", "main", 60),
-            ],
+            frames: optimizer
+                .then(|| {
+                    frame(
+                        "/venv/lib/python3.12/site-packages/torch/optim/sgd.py",
+                        "step",
+                        9,
+                    )
+                })
+                .into_iter()
+                .chain([
+                    frame("train.py", "train_step", 40),
+                    frame("train.py", "main", 60),
+                ])
+                .collect(),
         }),
     ];
     let mut id = 0;
@@ -128,7 +139,7 @@ fn lint(code: &str, location: &str) -> Finding {
 fn python_frames_locate_findings_confirm_lint_and_fill_flamegraphs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("python3-7-inject.pktrace");
-    std::fs::write(&path, trace()).expect("write trace");
+    std::fs::write(&path, trace(false)).expect("write trace");
     let analysis = analyze_path(&path, &AnalyzeOptions::default()).expect("analyse");
     let runtime = rules::evaluate(&analysis, &ProfileConfig::default()).expect("evaluate");
 
@@ -207,4 +218,107 @@ fn library_frames_are_skipped_for_the_callers_line() {
     // Only library frames: the innermost stands for the operation.
     assert_eq!(python_caller(&frames[..1]).map(|f| f.line), Some(1));
     assert_eq!(python_caller(&[]), None);
+}
+
+/// A Python loop captured through injection has no step spans: its steps are inferred from the
+/// optimizer steps in the Python frames (each `step` of an optimizer module ends one).
+fn stepless_trace(iterations: u64) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &Header::new("python3", 8)).expect("header");
+    let mut records = vec![Record::Thread(ThreadInfo::new(0, 1, Some("MainThread")))];
+    let stacks: [(u64, Vec<PyFrame>); 3] = [
+        (1, vec![frame("train.py", "main", 40)]),
+        (
+            2,
+            vec![
+                frame(
+                    "/venv/lib/python3.12/site-packages/torch/optim/sgd.py",
+                    "_single_tensor_sgd",
+                    300,
+                ),
+                frame(
+                    "/venv/lib/python3.12/site-packages/torch/optim/sgd.py",
+                    "step",
+                    120,
+                ),
+                frame("train.py", "main", 44),
+            ],
+        ),
+        (3, vec![frame("train.py", "main", 46)]),
+    ];
+    for (id, frames) in stacks {
+        records.push(Record::PyStack(PyStackInfo { id, frames }));
+    }
+    let mut id = 0;
+    for i in 0..iterations {
+        let t0 = 1_000_000 + i * STEP_NS;
+        for (kind, stack, at, host_ns, bytes) in [
+            (GpuOpKind::Kernel, 1, 10_000, 5_000, 0),
+            (GpuOpKind::Kernel, 2, 100_000, 5_000, 0),
+            (GpuOpKind::Kernel, 2, 110_000, 5_000, 0),
+            (GpuOpKind::MemcpyDtoH, 3, 200_000, 400_000, 4),
+        ] {
+            id += 1;
+            records.push(Record::OpPyStack(OpPyStack {
+                op: id,
+                stack: Some(stack),
+            }));
+            records.push(Record::Gpu(gpu(kind, id, t0 + at, host_ns, bytes)));
+        }
+    }
+    for r in &records {
+        w.write(r).expect("record");
+    }
+    w.finish().expect("finish")
+}
+
+#[test]
+fn steps_of_a_python_trace_without_step_spans_come_from_optimizer_steps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("python3-8-inject.pktrace");
+    std::fs::write(&path, stepless_trace(10)).expect("write trace");
+    let analysis = analyze_path(&path, &AnalyzeOptions::default()).expect("analyse");
+    let steps = &analysis.processes[0].steps.duration;
+    // Ten optimizer steps: nine complete steps between them (the last is still open at the end).
+    assert_eq!(steps.count, 9, "{steps:#?}");
+    assert_eq!(
+        steps.median_ns, STEP_NS,
+        "from one optimizer step's end to the next"
+    );
+    let runtime = rules::evaluate(&analysis, &ProfileConfig::default()).expect("evaluate");
+    let pk101: Vec<&Finding> = runtime.iter().filter(|f| f.code == "PK101").collect();
+    assert_eq!(pk101.len(), 1, "{runtime:#?}");
+    assert_eq!(pk101[0].location.as_deref(), Some("train.py:46"));
+    assert!(
+        pk101[0].message.contains("in 9 of 9 steps"),
+        "{}",
+        pk101[0].message
+    );
+}
+
+#[test]
+fn step_spans_of_the_trace_win_over_inferred_steps() {
+    // The trace of the first test, its kernels launched inside an optimizer step: it still
+    // counts its own ten step spans, not steps inferred from the optimizer.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("python3-7-inject.pktrace");
+    std::fs::write(&path, trace(true)).expect("write trace");
+    let analysis = analyze_path(&path, &AnalyzeOptions::default()).expect("analyse");
+    assert_eq!(analysis.processes[0].steps.duration.count, STEPS);
+    use perfkit_reports::source::python_optimizer_step;
+    assert!(python_optimizer_step(&frame(
+        "/x/site-packages/torch/optim/adamw.py",
+        "step",
+        1
+    )));
+    assert!(python_optimizer_step(&frame(
+        "/x/site-packages/transformers/optimization.py",
+        "step",
+        1
+    )));
+    assert!(!python_optimizer_step(&frame("train.py", "step", 1)));
+    assert!(!python_optimizer_step(&frame(
+        "/x/site-packages/torch/optim/optimizer.py",
+        "zero_grad",
+        1
+    )));
 }
