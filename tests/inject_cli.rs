@@ -95,15 +95,21 @@ fn profiling_a_python_script_points_at_its_lines() {
     );
     assert!(stderr.contains("Python frames read at"), "{stderr}");
 
-    // The GPU flamegraph: GPU time under the script's frames, outermost first.
+    // The GPU flamegraph: GPU time under the script's frames, outermost first (below the
+    // inferred step, once the first optimizer step has ended one).
     let folded = std::fs::read_to_string(run.join("stacks-gpu.folded")).unwrap();
     for name in ["upload", "launch", "readback"] {
-        let want = format!("python_step.py:{});train_step (", site("loop"));
-        let leaf = format!("python_step.py:{}) ", site(name));
+        let want = format!(
+            "<module> (PATH:{});main (PATH:{});train_step (PATH:{}) ",
+            site("module"),
+            site("loop"),
+            site(name)
+        )
+        .replace("PATH", &python_scenario::script().display().to_string());
         assert!(
             folded
                 .lines()
-                .any(|l| l.starts_with("<module> (") && l.contains(&want) && l.contains(&leaf)),
+                .any(|l| l.starts_with(&want) || l.starts_with(&format!("step;{want}"))),
             "{name}: stacks-gpu.folded:\n{folded}\n{stderr}"
         );
     }
@@ -118,6 +124,21 @@ fn profiling_a_python_script_points_at_its_lines() {
         !summary.contains(&format!("python_step.py:{}\"", site("released"))),
         "{summary}"
     );
+
+    // Steps come from the optimizer steps in the Python frames (the script has no step spans):
+    // the blocking readback and synchronization of every step are runtime findings at their
+    // lines.
+    let json: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    for (code, name) in [("PK101", "readback"), ("PK102", "sync")] {
+        let at = format!("python_step.py:{}", site(name));
+        assert!(
+            findings.iter().any(|f| f["code"] == code
+                && f["origin"] == "runtime"
+                && f["location"].as_str().is_some_and(|l| l.ends_with(&at))),
+            "{code} at {at}: {findings:#?}\n{stdout}"
+        );
+    }
 }
 
 fn fixture(name: &str) -> PathBuf {

@@ -9,7 +9,7 @@ use std::process::Command;
 use cudarc::cupti::sys;
 
 /// Steps `python_step.py` plays.
-pub const STEPS: u32 = 3;
+pub const STEPS: u32 = 4;
 /// Correlation id of the copy issued from the script's second thread.
 const THREAD_COPY: u32 = 9000;
 /// CUPTI clock when the records are delivered (the stand-in's timestamp).
@@ -24,9 +24,20 @@ pub fn script() -> PathBuf {
     support().join("python_step.py")
 }
 
-/// The 1-based line of the script marked `# site: NAME`.
+/// The optimizer module the script imports.
+pub fn optimizer_module() -> PathBuf {
+    support().join("optim/sgd.py")
+}
+
+/// The 1-based line of the script (or of the optimizer module, for `update`) marked
+/// `# site: NAME`.
 pub fn site(name: &str) -> u32 {
-    let text = std::fs::read_to_string(script()).expect("python_step.py");
+    let file = if name == "update" {
+        optimizer_module()
+    } else {
+        script()
+    };
+    let text = std::fs::read_to_string(file).expect("python_step.py");
     let marker = format!("# site: {name}");
     text.lines()
         .position(|l| l.trim_end().ends_with(&marker))
@@ -127,19 +138,21 @@ pub fn records_file() -> Vec<u8> {
             base + 1,
             t,
         ));
-        let mut k: sys::CUpti_ActivityKernel10 = zeroed();
-        k.kind = K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        k.start = t + 100_000;
-        k.end = t + 300_000;
-        k.streamId = 7;
-        k.gridX = 8;
-        k.gridY = 1;
-        k.gridZ = 1;
-        k.blockX = 128;
-        k.blockY = 1;
-        k.blockZ = 1;
-        k.correlationId = base + 2;
-        r.push(&k);
+        for (c, at) in [(base + 2, 100_000), (base + 6, 200_000)] {
+            let mut k: sys::CUpti_ActivityKernel10 = zeroed();
+            k.kind = K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            k.start = t + at;
+            k.end = t + at + 90_000;
+            k.streamId = 7;
+            k.gridX = 8;
+            k.gridY = 1;
+            k.gridZ = 1;
+            k.blockX = 128;
+            k.blockY = 1;
+            k.blockZ = 1;
+            k.correlationId = c;
+            r.push(&k);
+        }
         r.push(&copy(
             C::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH,
             4,

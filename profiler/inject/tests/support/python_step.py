@@ -10,7 +10,10 @@ around the call, as PyTorch does around some CUDA calls. After the loop, the act
 
     python3 python_step.py RECORDS STEPS
 
-The `# site:` comments name the lines the test expects in the trace.
+Each step uploads, launches a kernel, runs the optimizer's step (`optim/sgd.py`), reads a
+value back and synchronizes; the readback and the synchronization made with the GIL held block
+the host for 5 ms each (a sleep between the call's entry and exit), as a real readback waits for
+the GPU. The `# site:` comments name the lines the test expects in the trace.
 """
 
 import ctypes
@@ -19,6 +22,9 @@ import struct
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from optim import sgd  # noqa: E402
 
 DRIVER, RUNTIME = 1, 2
 ENTER, EXIT = 0, 1
@@ -32,9 +38,10 @@ THREAD_COPY = 9000
 def train_step(held, released, base):
     held.fake_api(RUNTIME, MEMCPY, base + 1, ENTER); held.fake_api(RUNTIME, MEMCPY, base + 1, EXIT)  # site: upload
     held.fake_api(RUNTIME, LAUNCH, base + 2, ENTER); held.fake_api(RUNTIME, LAUNCH, base + 2, EXIT)  # site: launch
-    held.fake_api(RUNTIME, MEMCPY, base + 3, ENTER); held.fake_api(RUNTIME, MEMCPY, base + 3, EXIT)  # site: readback
+    sgd.step(held, base + 6)  # site: optimizer
+    held.fake_api(RUNTIME, MEMCPY, base + 3, ENTER); time.sleep(0.005); held.fake_api(RUNTIME, MEMCPY, base + 3, EXIT)  # site: readback
     released.fake_api(DRIVER, STREAM_SYNC, base + 4, ENTER); released.fake_api(DRIVER, STREAM_SYNC, base + 4, EXIT)  # site: released
-    held.fake_api(DRIVER, STREAM_SYNC, base + 5, ENTER); held.fake_api(DRIVER, STREAM_SYNC, base + 5, EXIT)  # site: sync
+    held.fake_api(DRIVER, STREAM_SYNC, base + 5, ENTER); time.sleep(0.005); held.fake_api(DRIVER, STREAM_SYNC, base + 5, EXIT)  # site: sync
 
 
 def background_copy(held):
@@ -79,4 +86,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main()  # site: module
