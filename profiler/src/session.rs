@@ -145,6 +145,9 @@ impl Interner {
     }
 }
 
+/// A Python frame as recorded: file and function string ids, line.
+pub(crate) type PyFrameIds = (u32, u32, u32);
+
 /// Rare records that go through a lock instead of the rings.
 pub(crate) enum Side {
     Panic {
@@ -159,7 +162,7 @@ pub(crate) enum Side {
     Module(ModuleInfo),
     OpStack(u64, u64),
     /// A Python stack: id, (file, function) string ids and line per frame, innermost first.
-    PyStack(u64, Vec<(u32, u32, u32)>),
+    PyStack(u64, Vec<PyFrameIds>),
     /// A GPU operation's Python stack (None: the thread did not hold the GIL).
     OpPyStack(u64, Option<u64>),
 }
@@ -201,7 +204,7 @@ pub(crate) struct Shared {
     pub stacks: Mutex<HashMap<Vec<u64>, u64>>,
     /// Python stacks recorded so far, by content: (file, function) string ids and line per
     /// frame (each is written once).
-    pub py_stacks: Mutex<HashMap<Vec<(u32, u32, u32)>, u64>>,
+    pub py_stacks: Mutex<HashMap<Vec<PyFrameIds>, u64>>,
     pub side: Mutex<Vec<Side>>,
     pub global_dropped: AtomicU64,
     pub writer: OnceLock<std::thread::Thread>,
