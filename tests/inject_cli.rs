@@ -71,10 +71,17 @@ fn profiling_a_python_script_points_at_its_lines() {
     let records = t.path().join("records.bin");
     std::fs::write(&records, python_scenario::records_file()).unwrap();
     let run = t.path().join("run");
+    // The injection library cargo built for this test run (beside the test executable, in
+    // deps/); a copy next to the perfkit binary may be older.
+    let library = std::env::current_exe()
+        .unwrap()
+        .with_file_name("libperfkit_inject.so");
+    assert!(library.is_file(), "{}", library.display());
     let out = Command::cargo_bin("perfkit")
         .unwrap()
         .args(["profile", "--out"])
         .arg(&run)
+        .env("PERFKIT_INJECT_LIB", &library)
         .arg("--")
         .arg("python3")
         .arg(python_scenario::script())
@@ -94,6 +101,10 @@ fn profiling_a_python_script_points_at_its_lines() {
         "{stderr}"
     );
     assert!(stderr.contains("Python frames read at"), "{stderr}");
+    assert!(
+        !format!("{stdout}{stderr}").contains("events were dropped"),
+        "{stdout}\n{stderr}"
+    );
 
     // The GPU flamegraph: GPU time under the script's frames, outermost first (below the
     // inferred step, once the first optimizer step has ended one).

@@ -668,23 +668,31 @@ extern "C" fn at_exit() {
         }
         let c = &state.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        tracing::event!(
-            name: "perfkit.inject_stats",
-            target: "perfkit_inject",
-            tracing::Level::INFO,
-            copies = get(&c.copies),
-            kernels = get(&c.kernels),
-            syncs = get(&c.syncs),
-            other_ops = get(&c.other_ops),
-            unjoined = get(&c.unjoined),
-            decode_errors = get(&c.decode_errors),
-            cupti_dropped = get(&c.cupti_dropped),
-            trace_dropped = get(&c.trace_dropped),
-            untimed_buffers = get(&c.untimed_buffers),
-            untimed_records = get(&c.untimed_records),
-            python_frames = get(&c.python_frames),
-            python_no_gil = get(&c.python_no_gil)
-        );
+        // Recorded from a thread of its own: the exiting thread's thread-locals may be gone
+        // already (they are in a Python process), and an event recorded there is dropped.
+        std::thread::scope(|s| {
+            let _ = std::thread::Builder::new()
+                .name("perfkit-inject-exit".into())
+                .spawn_scoped(s, || {
+                    tracing::event!(
+                        name: "perfkit.inject_stats",
+                        target: "perfkit_inject",
+                        tracing::Level::INFO,
+                        copies = get(&c.copies),
+                        kernels = get(&c.kernels),
+                        syncs = get(&c.syncs),
+                        other_ops = get(&c.other_ops),
+                        unjoined = get(&c.unjoined),
+                        decode_errors = get(&c.decode_errors),
+                        cupti_dropped = get(&c.cupti_dropped),
+                        trace_dropped = get(&c.trace_dropped),
+                        untimed_buffers = get(&c.untimed_buffers),
+                        untimed_records = get(&c.untimed_records),
+                        python_frames = get(&c.python_frames),
+                        python_no_gil = get(&c.python_no_gil)
+                    );
+                });
+        });
         finish_session();
         say(format_args!(
             "{} copies, {} kernels, {} synchronizations, {} other operations recorded{}{}{}",

@@ -104,6 +104,27 @@ fn each_call_carries_the_python_frames_of_the_thread_that_issued_it() {
         stderr.contains("perfkit-inject: recording CUDA activity"),
         "{stderr}"
     );
+    // Nothing dropped, and the exit statistics recorded (from a thread of their own: the
+    // exiting Python thread's thread-locals are gone by then).
+    let dropped: Vec<&Record> = recs
+        .iter()
+        .filter(|r| matches!(r, Record::Dropped(_)))
+        .collect();
+    assert!(dropped.is_empty(), "{dropped:?}");
+    let stats = recs.iter().find_map(|r| match r {
+        Record::Event(e) if &*e.callsite.name == "perfkit.inject_stats" => Some(e),
+        _ => None,
+    });
+    let stats = stats.expect("perfkit.inject_stats recorded at exit");
+    let field = |name: &str| {
+        stats
+            .fields
+            .iter()
+            .find(|f| &*f.name == name)
+            .and_then(|f| f.value.as_u64())
+    };
+    assert_eq!(field("python_frames"), Some(u64::from(STEPS) * 5 + 1));
+    assert_eq!(field("python_no_gil"), Some(u64::from(STEPS)));
     let ops = ops_with_frames(&recs);
     // Per step: upload, two kernels, readback, two syncs; and the second thread's copy.
     assert_eq!(ops.len(), STEPS as usize * 6 + 1, "{ops:#?}");
