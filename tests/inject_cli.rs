@@ -136,6 +136,13 @@ fn profiling_a_python_script_points_at_its_lines() {
         "{summary}"
     );
 
+    // The terminal summary counts the same inferred steps (one fewer than the optimizer steps:
+    // the last is unfinished), and no span is left open.
+    assert!(
+        stderr.contains(&format!("steps      {} ", STEPS - 1)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("still open"), "{stderr}");
     // Steps come from the optimizer steps in the Python frames (the script has no step spans):
     // the blocking readback and synchronization of every step are runtime findings at their
     // lines.

@@ -122,8 +122,7 @@ impl TraceSource {
         // Steps inferred from optimizer steps in Python frames, per thread, while the trace
         // has no step spans of its own.
         let mut real_steps = false;
-        let mut py_steps: HashMap<u32, PyStepState> = HashMap::new();
-        let mut next_synthetic = u64::MAX;
+        let mut py_steps = perfkit_profiler::pystep::PyStepInference::new();
         let step_name = self.step_span.clone();
         let mut outcome = ReadOutcome::default();
         loop {
@@ -231,39 +230,26 @@ impl TraceSource {
                     };
                     if let PyFrames::Frames(frames) = python
                         && !real_steps
+                        && let Some(b) = py_steps.op(g.thread, frames, g.host_end)
                     {
-                        let st = py_steps.entry(g.thread).or_default();
-                        if frames.iter().any(python_optimizer_step) {
-                            st.in_marker = true;
-                            st.marker_end = st.marker_end.max(g.host_end);
-                        } else if st.in_marker {
-                            // The first operation after an optimizer step: a step ended when
-                            // that optimizer step's last call returned, and the next began.
-                            st.in_marker = false;
-                            let at = st.marker_end;
-                            let thread = u64::from(g.thread);
-                            if let Some(span) = st.open.take() {
-                                f(&Event::Exit {
-                                    thread,
-                                    span,
-                                    ts_ns: at,
-                                });
-                                f(&Event::Close { span });
-                            }
-                            st.count += 1;
-                            let span = next_synthetic;
-                            next_synthetic -= 1;
-                            f(&Event::Enter {
+                        let thread = u64::from(b.thread);
+                        if let Some(span) = b.ended {
+                            f(&Event::Exit {
                                 thread,
                                 span,
-                                name: &step_name,
-                                step: Some(st.count),
-                                file: None,
-                                line: 0,
-                                ts_ns: at,
+                                ts_ns: b.at,
                             });
-                            st.open = Some(span);
+                            f(&Event::Close { span });
                         }
+                        f(&Event::Enter {
+                            thread,
+                            span: b.begun,
+                            name: &step_name,
+                            step: Some(b.number),
+                            file: None,
+                            line: 0,
+                            ts_ns: b.at,
+                        });
                     }
                     let (file, line) = match (&g.location, py_caller) {
                         (Some(l), _) => (Some(&*l.file), l.line),
@@ -335,26 +321,10 @@ impl TraceSource {
     }
 }
 
-/// Steps inferred on one thread from the optimizer steps of its Python frames.
-#[derive(Default)]
-struct PyStepState {
-    /// The thread's last operation with Python frames was inside an optimizer step.
-    in_marker: bool,
-    /// When the last call inside that optimizer step returned.
-    marker_end: u64,
-    /// The inferred step open now.
-    open: Option<u64>,
-    /// Steps begun.
-    count: u64,
-}
-
-/// Whether a Python frame is an optimizer's `step`: a function named `step` in a file whose
-/// path names an optimizer module (`torch/optim/sgd.py`, `bitsandbytes/optim/...`,
-/// `transformers/optimization.py`, `apex/optimizers/...`). In a Python trace without step spans
-/// (one captured through injection), each optimizer step ends a training step (see
-/// `docs/injection.md`).
+/// Whether a Python frame is an optimizer's `step` (see [`perfkit_profiler::pystep`]): in a
+/// Python trace without step spans, each optimizer step ends a training step.
 pub fn python_optimizer_step(f: &PyFrame) -> bool {
-    &*f.function == "step" && f.file.to_ascii_lowercase().contains("optim")
+    perfkit_profiler::pystep::is_optimizer_step(f)
 }
 
 /// Whether a Python source file belongs to a library rather than to the program: installed
