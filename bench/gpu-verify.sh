@@ -219,6 +219,12 @@ run() {
       step "python $name" target/release/perfkit profile --out "$runs/python-$name" -- \
         python3 "fixtures/python/$name.py"
     done
+    step "python frames train_bad" python_frames "$runs/python-train_bad" \
+      fixtures/python/train_bad.py
+    local depth
+    for depth in 0 32; do
+      step "python overhead depth $depth" python_overhead "$depth" "$runs" "$out/bench.txt"
+    done
   else
     echo "gpu-verify: no PyTorch with CUDA here: the PyTorch fixtures were not run"
   fi
@@ -235,6 +241,49 @@ run() {
   done
   echo "runs: $out/runs.tgz ($(du -h "$out/runs.tgz" | cut -f1))"
   return $failed
+}
+
+# The runtime findings of a profiled Python fixture point at the script's own lines: PK101 at
+# its `total += loss.item()` line and PK303 at a line of the script (not inside torch), and the GPU
+# flamegraph shows the script's frames.
+python_frames() {
+  python3 - "$1" "$2" <<'CHECK'
+import json, os, sys
+run, script = sys.argv[1], sys.argv[2]
+name = os.path.basename(script)
+lines = open(script).read().splitlines()
+item = next(i + 1 for i, l in enumerate(lines) if "+= loss.item()" in l)
+summary = json.load(open(os.path.join(run, "summary.json")))
+found = {(f["code"], f.get("location") or "") for f in summary["findings"] if f["origin"] == "runtime"}
+print("runtime findings:", sorted(found))
+ok = True
+if not any(c == "PK101" and l.endswith(f"{name}:{item}") for c, l in found):
+    print(f"FAIL: no PK101 at {name}:{item}")
+    ok = False
+if not any(c == "PK303" and f"{name}:" in l for c, l in found):
+    print(f"FAIL: no PK303 at a line of {name}")
+    ok = False
+folded = open(os.path.join(run, "stacks-gpu.folded")).read()
+if f"{name}:" not in folded:
+    print(f"FAIL: no frame of {name} in stacks-gpu.folded")
+    ok = False
+sys.exit(0 if ok else 1)
+CHECK
+}
+
+# Wall time of train_bad.py (200 steps) under perfkit profile with PERFKIT_INJECT_PYTHON_DEPTH=$1,
+# three runs, appended to $3.
+python_overhead() {
+  local depth=$1 runs=$2 table=$3 i start end
+  for i in 1 2 3; do
+    start=$(date +%s.%N)
+    PERFKIT_INJECT_PYTHON_DEPTH=$depth target/release/perfkit profile --quiet \
+      --out "$runs/python-depth-$depth-$i" -- python3 fixtures/python/train_bad.py --steps 200 \
+      >/dev/null || return 1
+    end=$(date +%s.%N)
+    echo "train_bad.py --steps 200, PERFKIT_INJECT_PYTHON_DEPTH=$depth, run $i: $(python3 -c "print(round($end - $start, 2))") s" |
+      tee -a "$table"
+  done
 }
 
 case "${1:-}" in

@@ -39,6 +39,8 @@ pub(crate) struct Enc {
     ctx: Option<ThreadIndex>,
     last_ts: u64,
     last_span: u64,
+    /// Reused for the bodies of extension records.
+    scratch: Vec<u8>,
 }
 
 impl Enc {
@@ -381,6 +383,38 @@ impl Enc {
         put_varint(&mut self.buf, stack);
     }
 
+    /// An extension record: tag, body length, body (written by `body`).
+    fn extension(&mut self, tag: u8, body: impl FnOnce(&mut Vec<u8>)) {
+        let mut b = std::mem::take(&mut self.scratch);
+        b.clear();
+        body(&mut b);
+        self.buf.push(tag);
+        put_varint(&mut self.buf, b.len() as u64);
+        self.buf.extend_from_slice(&b);
+        self.scratch = b;
+    }
+
+    /// PY_STACK: id, frame count, then (file string id, function string id, line) per frame.
+    pub fn py_stack(&mut self, id: u64, frames: &[(u32, u32, u32)]) {
+        self.extension(tag::PY_STACK, |b| {
+            put_varint(b, id);
+            put_varint(b, frames.len() as u64);
+            for &(file, function, line) in frames {
+                put_varint(b, u64::from(file));
+                put_varint(b, u64::from(function));
+                put_varint(b, u64::from(line));
+            }
+        });
+    }
+
+    /// OP_PY_STACK: operation id, Python stack id (0: none, the thread did not hold the GIL).
+    pub fn op_py_stack(&mut self, op: u64, stack: Option<u64>) {
+        self.extension(tag::OP_PY_STACK, |b| {
+            put_varint(b, op);
+            put_varint(b, stack.unwrap_or(0));
+        });
+    }
+
     pub fn dropped(&mut self, thread: Option<ThreadIndex>, ts: u64, count: u64) {
         self.buf.push(tag::DROPPED);
         put_opt(&mut self.buf, thread.map(u64::from));
@@ -592,6 +626,15 @@ impl<W: Write> TraceWriter<W> {
             Record::Stack(s) => self.enc.stack(s.id, &s.ips),
             Record::Module(m) => self.enc.module(&m.path, m.base, m.size),
             Record::OpStack(o) => self.enc.op_stack(o.op, o.stack),
+            Record::PyStack(p) => {
+                let frames: Vec<(u32, u32, u32)> = p
+                    .frames
+                    .iter()
+                    .map(|f| (self.string(&f.file), self.string(&f.function), f.line))
+                    .collect();
+                self.enc.py_stack(p.id, &frames);
+            }
+            Record::OpPyStack(o) => self.enc.op_py_stack(o.op, o.stack),
             Record::Dropped(d) => self.enc.dropped(d.thread, d.ts, d.count),
             Record::Panic(p) => self.enc.panic(
                 p.thread,

@@ -10,7 +10,8 @@ pub const MAGIC: [u8; 8] = *b"PKTRACE\0";
 /// Major format version written by this crate; readers refuse other majors.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version written by this crate; newer minors only add skippable records.
-pub const FORMAT_MINOR: u16 = 0;
+/// 1.1 added the Python stack records (`PY_STACK`, `OP_PY_STACK`).
+pub const FORMAT_MINOR: u16 = 1;
 /// Size of the file preamble (magic + versions).
 pub const PREAMBLE_LEN: usize = 12;
 /// Size of a chunk header.
@@ -48,6 +49,10 @@ pub(crate) mod tag {
     pub const PANIC: u8 = 0x31;
     pub const END: u8 = 0x3F;
     pub const EXTENSION_FIRST: u8 = 0x80;
+    /// 1.1: a Python call stack (extension record).
+    pub const PY_STACK: u8 = 0x80;
+    /// 1.1: the Python stack of a GPU operation (extension record).
+    pub const OP_PY_STACK: u8 = 0x81;
 }
 
 /// Field value type codes.

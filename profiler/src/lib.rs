@@ -18,6 +18,7 @@
 //! - [`reader`]: streaming reader with byte-offset errors; [`trace_files`] lists a trace directory.
 //! - [`mod@recorder`]: record GPU operations (and other external events) from any thread.
 //! - [`encode::TraceWriter`]: write traces synchronously (tools, tests, synthetic traces).
+//! - [`pystep`]: training steps of a Python trace without step spans, from its optimizer steps.
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -28,6 +29,7 @@ mod init;
 pub mod launch;
 mod layer;
 pub mod model;
+pub mod pystep;
 pub mod reader;
 pub mod recorder;
 mod session;

@@ -617,6 +617,40 @@ pub struct OpStack {
     pub stack: u64,
 }
 
+/// One frame of a Python call stack: the code's file, the function and the line executing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// `co_filename` of the frame's code object, as the interpreter has it (relative to the
+    /// program's working directory when the script was started by a relative path).
+    pub file: Arc<str>,
+    /// `co_name` of the frame's code object (`<module>` for a script's top level).
+    pub function: Arc<str>,
+    /// The line executing in that frame (0 when unknown).
+    pub line: u32,
+}
+
+/// The Python call stack of a thread that issued GPU work, innermost frame first, written once
+/// per distinct stack (format 1.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyStackInfo {
+    /// Identifier that [`OpPyStack`] records refer to (unique per trace, its own id space).
+    pub id: u64,
+    /// Frames, innermost first.
+    pub frames: Vec<PyFrame>,
+}
+
+/// Links a GPU operation (by its [`GpuEvent::id`]) to the Python stack of the thread that issued
+/// it (format 1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpPyStack {
+    /// The GPU operation's correlation id.
+    pub op: u64,
+    /// The [`PyStackInfo::id`]; None when no Python frames were read because the issuing
+    /// thread did not hold the GIL (it released it around the CUDA call, or is a native thread
+    /// with no Python state).
+    pub stack: Option<u64>,
+}
+
 /// Events that were not recorded because a buffer was full (or recording was impossible).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dropped {
@@ -726,6 +760,10 @@ pub enum Record {
     Module(ModuleInfo),
     /// The host stack of a GPU operation.
     OpStack(OpStack),
+    /// A Python call stack (format 1.1).
+    PyStack(PyStackInfo),
+    /// The Python stack of a GPU operation (format 1.1).
+    OpPyStack(OpPyStack),
     /// Records were dropped.
     Dropped(Dropped),
     /// A panic happened.
@@ -753,7 +791,9 @@ impl Record {
             | Record::Device(_)
             | Record::Stack(_)
             | Record::Module(_)
-            | Record::OpStack(_) => return None,
+            | Record::OpStack(_)
+            | Record::PyStack(_)
+            | Record::OpPyStack(_) => return None,
         })
     }
 

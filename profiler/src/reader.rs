@@ -762,8 +762,45 @@ impl<R: Read> TraceReader<R> {
             t if t >= tag::EXTENSION_FIRST => {
                 let len = c.varint()?;
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                c.bytes(len)?;
-                return Ok(None);
+                let base = c.offset();
+                let body = c.bytes(len)?;
+                // Known extension records are decoded from their body; bytes after the fields
+                // known here (added by a later minor version) are skipped.
+                let mut b = Cursor::new(body, base);
+                match t {
+                    tag::PY_STACK => {
+                        let id = b.varint()?;
+                        let n = b.varint()?;
+                        if n > b.remaining() as u64 {
+                            return Err(b.err(format!(
+                                "Python stack of {n} frames runs past the end of its record"
+                            )));
+                        }
+                        let mut frames = Vec::with_capacity(n as usize);
+                        for _ in 0..n {
+                            let file = b.varint()?;
+                            let file = self.string(&b, file)?;
+                            let function = b.varint()?;
+                            let function = self.string(&b, function)?;
+                            let line = b.u32()?;
+                            frames.push(PyFrame {
+                                file,
+                                function,
+                                line,
+                            });
+                        }
+                        Record::PyStack(PyStackInfo { id, frames })
+                    }
+                    tag::OP_PY_STACK => {
+                        let op = b.varint()?;
+                        let stack = b.varint()?;
+                        Record::OpPyStack(OpPyStack {
+                            op,
+                            stack: (stack != 0).then_some(stack),
+                        })
+                    }
+                    _ => return Ok(None),
+                }
             }
             other => {
                 return Err(DecodeError {

@@ -296,6 +296,36 @@ impl Recorder {
         }
     }
 
+    /// Returns the id of the Python stack `frames` (innermost first: file and function
+    /// interned with [`Recorder::intern`], and the line), recording the stack the first time it
+    /// is seen (takes a lock). 0 when the session is finished.
+    pub fn py_stack(&self, frames: &[(StrId, StrId, u32)]) -> u64 {
+        let key: Vec<(u32, u32, u32)> = frames.iter().map(|&(f, n, l)| (f.0, n.0, l)).collect();
+        let Ok(mut stacks) = self.shared.py_stacks.lock() else {
+            return 0;
+        };
+        if let Some(&id) = stacks.get(&key) {
+            return id;
+        }
+        let id = stacks.len() as u64 + 1;
+        stacks.insert(key.clone(), id);
+        drop(stacks);
+        if self.is_active() {
+            self.shared.push_side(Side::PyStack(id, key));
+        }
+        id
+    }
+
+    /// Links the GPU operation with correlation id `op` to the Python stack `stack` (from
+    /// [`Recorder::py_stack`]); None records that no Python frames were read because the
+    /// issuing thread did not hold the GIL. Write it before the operation itself: readers that
+    /// stream the trace then know an operation's Python stack when they meet it.
+    pub fn op_py_stack(&self, op: u64, stack: Option<u64>) {
+        if self.is_active() {
+            self.shared.push_side(Side::OpPyStack(op, stack));
+        }
+    }
+
     /// Records a loaded object (to map instruction pointers to files at report time).
     pub fn module(&self, module: &ModuleInfo) {
         if self.is_active() {

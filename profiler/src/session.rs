@@ -145,6 +145,9 @@ impl Interner {
     }
 }
 
+/// A Python frame as recorded: file and function string ids, line.
+pub(crate) type PyFrameIds = (u32, u32, u32);
+
 /// Rare records that go through a lock instead of the rings.
 pub(crate) enum Side {
     Panic {
@@ -158,6 +161,10 @@ pub(crate) enum Side {
     Stack(u64, Vec<u64>),
     Module(ModuleInfo),
     OpStack(u64, u64),
+    /// A Python stack: id, (file, function) string ids and line per frame, innermost first.
+    PyStack(u64, Vec<PyFrameIds>),
+    /// A GPU operation's Python stack (None: the thread did not hold the GIL).
+    OpPyStack(u64, Option<u64>),
 }
 
 /// Control block between guards, hooks and the writer thread.
@@ -195,6 +202,9 @@ pub(crate) struct Shared {
     pub interner: Mutex<Interner>,
     /// Host stacks recorded so far, by content (each is written once).
     pub stacks: Mutex<HashMap<Vec<u64>, u64>>,
+    /// Python stacks recorded so far, by content: (file, function) string ids and line per
+    /// frame (each is written once).
+    pub py_stacks: Mutex<HashMap<Vec<PyFrameIds>, u64>>,
     pub side: Mutex<Vec<Side>>,
     pub global_dropped: AtomicU64,
     pub writer: OnceLock<std::thread::Thread>,
@@ -238,6 +248,7 @@ impl Shared {
             next_corr: AtomicU64::new(1),
             interner: Mutex::new(Interner::default()),
             stacks: Mutex::new(HashMap::new()),
+            py_stacks: Mutex::new(HashMap::new()),
             side: Mutex::new(Vec::new()),
             global_dropped: AtomicU64::new(0),
             writer: OnceLock::new(),

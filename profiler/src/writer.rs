@@ -196,11 +196,13 @@ impl Writer {
                 .iter()
                 .map(|r| r.ring.head.0.load(Ordering::Acquire)),
         );
-        self.drain_interned();
+        // Side records are taken before the interned strings, for the same reason: a side
+        // record that names strings (a Python stack) was pushed after they were interned.
         let side: Vec<Side> = match self.shared.side.lock() {
             Ok(mut s) if !s.is_empty() => std::mem::take(&mut *s),
             _ => Vec::new(),
         };
+        self.drain_interned();
         let before = self.records;
         for s in side {
             self.side(s);
@@ -385,6 +387,8 @@ impl Writer {
             Side::Stack(id, ips) => self.enc.stack(id, &ips),
             Side::Module(m) => self.enc.module(&m.path, m.base, m.size),
             Side::OpStack(op, stack) => self.enc.op_stack(op, stack),
+            Side::PyStack(id, frames) => self.enc.py_stack(id, &frames),
+            Side::OpPyStack(op, stack) => self.enc.op_py_stack(op, stack),
         }
         self.records += 1;
     }

@@ -160,6 +160,7 @@ fn a_damaged_byte_is_reported_with_the_offset_of_its_chunk() {
 fn a_newer_major_version_is_refused_clearly() {
     let (mut bytes, _) = multi_chunk_trace();
     bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
+    bytes[10..12].copy_from_slice(&0u16.to_le_bytes());
     let err = TraceReader::from_reader(&bytes[..], "new.pktrace")
         .err()
         .expect("refused");

@@ -1,16 +1,22 @@
-//! The trace format as `docs/trace-format.md` documents it, held to stored bytes:
-//! `tests/data/golden-1.0.pktrace` was written once by the encoder. The encoder must still
-//! write exactly those bytes, and the bytes are read back field by field as the document
-//! lays them out. A change to the encoding fails here unless the golden file and the
-//! document change with it (rewrite the file with `PERFKIT_BLESS_GOLDEN=1 cargo test -p
-//! perfkit-profiler --test golden -- --test-threads=1`).
+//! The trace format as `docs/trace-format.md` documents it, held to stored bytes.
+//!
+//! `tests/data/golden-1.0.pktrace` was written once by the 1.0 encoder and is kept as it was:
+//! its bytes are read back field by field as the document lays them out, and the reader of
+//! today must still read it (a reader reads every minor of its major).
+//! `tests/data/golden-1.1.pktrace` was written by the 1.1 encoder (the same records, plus the
+//! Python stack extension records): the encoder must still write exactly those bytes, and its
+//! extension records are read back byte by byte too. A change to the encoding fails here unless
+//! a golden file and the document change with it (write a new golden for a new version; rewrite
+//! the current one only for a deliberate change of the current version, with
+//! `PERFKIT_BLESS_GOLDEN=1 cargo test -p perfkit-profiler --test golden -- --test-threads=1`).
 
 use std::sync::Arc;
 
 use perfkit_profiler::model::*;
 use perfkit_profiler::{TraceReader, TraceWriter};
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-1.0.pktrace");
+const GOLDEN_1_0: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-1.0.pktrace");
+const GOLDEN_1_1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-1.1.pktrace");
 
 fn golden_header() -> Header {
     let mut h = Header::new("train", 4242);
@@ -27,15 +33,15 @@ fn golden_header() -> Header {
     h
 }
 
-fn golden_bytes() -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &golden_header()).expect("header");
+/// The records of the 1.0 golden file.
+fn golden_1_0_records() -> Vec<Record> {
     let step = Arc::new(Callsite::new("step", "train", CallsiteKind::Span, &[]));
     let edge = |ts| SpanEdge {
         thread: 0,
         ts,
         span: SpanId(1),
     };
-    for r in [
+    vec![
         Record::Thread(ThreadInfo::new(0, 77, Some("main"))),
         Record::SpanNew(SpanNew {
             thread: 0,
@@ -48,8 +54,34 @@ fn golden_bytes() -> Vec<u8> {
         Record::SpanEnter(edge(100)),
         Record::SpanExit(edge(350)),
         Record::SpanClose(edge(350)),
-    ] {
-        w.write(&r).expect("record");
+    ]
+}
+
+/// The Python records added in 1.1: a two-frame stack, an operation linked to it and one
+/// issued without the GIL.
+fn golden_1_1_extra() -> Vec<Record> {
+    let frame = |file: &str, function: &str, line| PyFrame {
+        file: Arc::from(file),
+        function: Arc::from(function),
+        line,
+    };
+    vec![
+        Record::PyStack(PyStackInfo {
+            id: 1,
+            frames: vec![frame("train.py", "step", 42), frame("train.py", "main", 7)],
+        }),
+        Record::OpPyStack(OpPyStack {
+            op: 5,
+            stack: Some(1),
+        }),
+        Record::OpPyStack(OpPyStack { op: 6, stack: None }),
+    ]
+}
+
+fn golden_bytes() -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &golden_header()).expect("header");
+    for r in golden_1_0_records().iter().chain(&golden_1_1_extra()) {
+        w.write(r).expect("record");
     }
     w.finish().expect("finish")
 }
@@ -105,9 +137,9 @@ impl Cur<'_> {
 fn encoder_writes_the_golden_bytes() {
     let bytes = golden_bytes();
     if std::env::var_os("PERFKIT_BLESS_GOLDEN").is_some() {
-        std::fs::write(GOLDEN, &bytes).expect("write golden");
+        std::fs::write(GOLDEN_1_1, &bytes).expect("write golden");
     }
-    let stored = std::fs::read(GOLDEN).expect("golden trace");
+    let stored = std::fs::read(GOLDEN_1_1).expect("golden trace");
     assert_eq!(
         bytes, stored,
         "the encoding changed: update docs/trace-format.md and the golden file together"
@@ -115,8 +147,8 @@ fn encoder_writes_the_golden_bytes() {
 }
 
 #[test]
-fn golden_bytes_follow_the_document() {
-    let stored = std::fs::read(GOLDEN).expect("golden trace");
+fn golden_1_0_bytes_follow_the_document_and_are_still_read() {
+    let stored = std::fs::read(GOLDEN_1_0).expect("golden trace");
     let mut c = Cur(&stored);
     // File layout: magic, major, minor, then chunks.
     assert_eq!(&c.0[..8], b"PKTRACE\0");
@@ -182,11 +214,87 @@ fn golden_bytes_follow_the_document() {
     // And the reader agrees.
     let mut reader = TraceReader::from_reader(&stored[..], "golden.pktrace").expect("open");
     let header = reader.header().clone();
-    assert_eq!(header, golden_header());
+    let mut want = golden_header();
+    want.format_minor = 0;
+    assert_eq!(header, want);
     let records: Vec<Record> = reader.by_ref().map(|r| r.expect("record")).collect();
     assert_eq!(records.len(), 5, "{records:?}");
     assert!(
         matches!(&records[1], Record::SpanNew(s) if s.ts == 100 && &*s.callsite.name == "step")
     );
     assert!(matches!(&records[3], Record::SpanExit(e) if e.ts == 350 && e.span == SpanId(1)));
+}
+
+#[test]
+fn golden_1_1_python_records_follow_the_document() {
+    let stored = std::fs::read(GOLDEN_1_1).expect("golden trace");
+    let mut c = Cur(&stored);
+    assert_eq!(&c.0[..8], b"PKTRACE\0");
+    c.0 = &c.0[8..];
+    assert_eq!(u16::from_le_bytes([c.u8(), c.u8()]), 1, "major");
+    assert_eq!(u16::from_le_bytes([c.u8(), c.u8()]), 1, "minor");
+    let _header = c.chunk();
+    let payload = c.chunk();
+    assert!(c.0.is_empty(), "two chunks in all");
+    // The 1.0 records come first, byte for byte as in the 1.0 file.
+    let old = std::fs::read(GOLDEN_1_0).expect("golden trace");
+    let mut o = Cur(&old[12..]);
+    let _ = o.chunk();
+    let old_records = o.chunk();
+    assert!(payload.starts_with(&old_records), "1.0 records unchanged");
+    let mut r = Cur(&payload[old_records.len()..]);
+    // Strings 3-5 are defined before the PY_STACK that names them (1 and 2 are `step` and
+    // `train`, so `train.py` is 3, `step` keeps 1, `main` is 4).
+    assert_eq!(
+        (r.u8(), r.varint(), r.str()),
+        (0x02, 3, "train.py".to_owned())
+    );
+    assert_eq!((r.u8(), r.varint(), r.str()), (0x02, 4, "main".to_owned()));
+    // PY_STACK 0x80: body length, id 1, 2 frames, (file, function, line) each.
+    assert_eq!(r.u8(), 0x80, "PY_STACK");
+    let len = r.varint() as usize;
+    let body: Vec<u64> = (0..8).map(|_| r.varint()).collect();
+    assert_eq!(body, [1, 2, 3, 1, 42, 3, 4, 7]);
+    assert_eq!(len, 8, "every field is one byte here");
+    // OP_PY_STACK 0x81: body length, op, stack id (0: no frames, GIL not held).
+    for (op, stack) in [(5, 1), (6, 0)] {
+        assert_eq!(r.u8(), 0x81, "OP_PY_STACK");
+        assert_eq!((r.varint(), r.varint(), r.varint()), (2, op, stack));
+    }
+    assert!(r.0.is_empty(), "nothing else: {:02x?}", r.0);
+
+    // The reader gives back what was written.
+    let reader = TraceReader::from_reader(&stored[..], "golden.pktrace").expect("open");
+    let records: Vec<Record> = reader.map(|r| r.expect("record")).collect();
+    let mut want = golden_1_0_records();
+    want.extend(golden_1_1_extra());
+    assert_eq!(records, want);
+}
+
+#[test]
+fn a_1_0_reader_skips_the_python_records() {
+    // What a reader of 1.0 does with any extension record: read the length, skip the body.
+    // The bytes after each 0x80/0x81 tag are a length and exactly that many body bytes.
+    let stored = std::fs::read(GOLDEN_1_1).expect("golden trace");
+    let mut c = Cur(&stored[12..]);
+    let _ = c.chunk();
+    let payload = c.chunk();
+    // After the 1.0 records and the two new STRING definitions (which a 1.0 reader knows).
+    let old = std::fs::read(GOLDEN_1_0).expect("golden trace");
+    let mut o = Cur(&old[12..]);
+    let _ = o.chunk();
+    let mut r = Cur(&payload[o.chunk().len()..]);
+    for _ in 0..2 {
+        assert_eq!(r.u8(), 0x02);
+        let _ = (r.varint(), r.str());
+    }
+    let mut skipped = 0;
+    while !r.0.is_empty() {
+        let tag = r.u8();
+        assert!(tag >= 0x80, "only extension records follow: {tag:#04x}");
+        let len = r.varint() as usize;
+        r.0 = &r.0[len..];
+        skipped += 1;
+    }
+    assert_eq!(skipped, 3);
 }

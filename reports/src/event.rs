@@ -58,6 +58,21 @@ pub struct GpuOp<'a> {
     /// Correlation id (0 when none): a later [`Event::GpuTiming`] with this id carries the
     /// GPU start and end when they were not known at issue time.
     pub id: u64,
+    /// The Python frames of the issuing thread, when the trace recorded them (a Python program
+    /// captured through CUPTI injection).
+    pub python: PyFrames<'a>,
+}
+
+/// The Python frames of the thread that issued a GPU operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PyFrames<'a> {
+    /// None recorded (not a Python program, or not captured).
+    #[default]
+    None,
+    /// The issuing thread did not hold the GIL: no frames were read.
+    GilNotHeld,
+    /// Innermost first.
+    Frames(&'a [perfkit_profiler::model::PyFrame]),
 }
 
 impl GpuOp<'_> {

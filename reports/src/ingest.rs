@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::event::{Event, GpuOp, OpKind};
+use crate::event::{Event, GpuOp, OpKind, PyFrames};
 use crate::model::{
     CopyGroup, CopySite, CopyStats, Direction, GpuTime, KernelStats, MemoryStats, OpTotals,
     ProcessAnalysis, ProcessMeta, SpanStats, StackTime, StepBreakdown, StepPoint, StepSummary,
@@ -17,6 +17,8 @@ use crate::source::ReadOutcome;
 use crate::stats::{Distribution, IntervalUnion};
 
 const NO_PARENT: u32 = u32::MAX;
+/// The flamegraph frame of GPU work issued by a Python thread that did not hold the GIL.
+pub const NO_GIL_FRAME: &str = "[Python: GIL released, no frames]";
 /// Points kept in the memory series before it is halved.
 const MEMORY_POINTS: usize = 2048;
 
@@ -397,6 +399,22 @@ impl ProcessIngest {
                     .and_then(|s| s.last())
                     .map(|f| f.node)
             });
+        // Below the span stack, the Python frames of the issuing thread (outermost first).
+        let node = match op.python {
+            PyFrames::None => node,
+            PyFrames::GilNotHeld => {
+                let name = self.intern(NO_GIL_FRAME);
+                Some(self.child(node.unwrap_or(NO_PARENT), name))
+            }
+            PyFrames::Frames(frames) => {
+                let mut n = node.unwrap_or(NO_PARENT);
+                for f in frames.iter().rev() {
+                    let name = self.intern(&crate::source::python_frame_name(f));
+                    n = self.child(n, name);
+                }
+                (n != NO_PARENT).then_some(n)
+            }
+        };
         let target = match op.kind {
             OpKind::Kernel => {
                 let k = self.kernel_index(op.name);

@@ -6,11 +6,11 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use perfkit_profiler::model::{FieldValue, GpuOpKind, HostMemory, Record};
+use perfkit_profiler::model::{FieldValue, GpuOpKind, HostMemory, PyFrame, Record};
 use perfkit_profiler::{TraceReader, TraceStatus};
 
 use crate::error::{Error, Result};
-use crate::event::{Event, GpuOp, OpKind};
+use crate::event::{Event, GpuOp, OpKind, PyFrames};
 use crate::model::{Direction, ProcessMeta};
 
 /// How reading a trace ended.
@@ -115,6 +115,15 @@ impl TraceSource {
         let mut kernel_names: HashMap<Arc<str>, Arc<str>> = HashMap::new();
         let no_name: Arc<str> = Arc::from("");
         let mut dropped_seen = 0u64;
+        // Python stacks by id, and the stack of each operation not yet met (its OP_PY_STACK
+        // comes before it).
+        let mut py_stacks: HashMap<u64, Vec<PyFrame>> = HashMap::new();
+        let mut op_py: HashMap<u64, Option<u64>> = HashMap::new();
+        // Steps inferred from optimizer steps in Python frames, per thread, while the trace
+        // has no step spans of its own.
+        let mut real_steps = false;
+        let mut py_steps = perfkit_profiler::pystep::PyStepInference::new();
+        let step_name = self.step_span.clone();
         let mut outcome = ReadOutcome::default();
         loop {
             let record = match self.reader.next_record() {
@@ -140,6 +149,9 @@ impl TraceSource {
                     });
                 }
                 Record::SpanNew(n) => {
+                    if *n.callsite.name == *step_name {
+                        real_steps = true;
+                    }
                     spans.insert(
                         n.id.0,
                         SpanInfo {
@@ -203,6 +215,47 @@ impl TraceSource {
                         },
                         None => no_name.clone(),
                     };
+                    let python = match op_py.remove(&g.id) {
+                        None => PyFrames::None,
+                        Some(None) => PyFrames::GilNotHeld,
+                        Some(Some(id)) => py_stacks
+                            .get(&id)
+                            .map_or(PyFrames::None, |f| PyFrames::Frames(f)),
+                    };
+                    // A Python operation's source line is that of its caller in the program's
+                    // own code (a recorded Rust caller location wins).
+                    let py_caller = match python {
+                        PyFrames::Frames(f) if g.location.is_none() => python_caller(f),
+                        _ => None,
+                    };
+                    if let PyFrames::Frames(frames) = python
+                        && !real_steps
+                        && let Some(b) = py_steps.op(g.thread, frames, g.host_end)
+                    {
+                        let thread = u64::from(b.thread);
+                        if let Some(span) = b.ended {
+                            f(&Event::Exit {
+                                thread,
+                                span,
+                                ts_ns: b.at,
+                            });
+                            f(&Event::Close { span });
+                        }
+                        f(&Event::Enter {
+                            thread,
+                            span: b.begun,
+                            name: &step_name,
+                            step: Some(b.number),
+                            file: None,
+                            line: 0,
+                            ts_ns: b.at,
+                        });
+                    }
+                    let (file, line) = match (&g.location, py_caller) {
+                        (Some(l), _) => (Some(&*l.file), l.line),
+                        (None, Some(f)) => (Some(&*f.file), f.line),
+                        (None, None) => (None, 0),
+                    };
                     let op = GpuOp {
                         kind,
                         thread: u64::from(g.thread),
@@ -215,10 +268,11 @@ impl TraceSource {
                         bytes: g.bytes,
                         pinned: g.host_memory.map(|m| m == HostMemory::Pinned),
                         name: &name,
-                        file: g.location.as_ref().map(|l| &*l.file),
-                        line: g.location.as_ref().map_or(0, |l| l.line),
+                        file,
+                        line,
                         span: g.span.map(|s| s.0),
                         id: g.id,
+                        python,
                     };
                     f(&Event::Gpu(op));
                 }
@@ -239,6 +293,14 @@ impl TraceSource {
                     dropped_seen += d.count;
                     f(&Event::Dropped { count: d.count });
                 }
+                Record::PyStack(p) => {
+                    py_stacks.insert(p.id, p.frames);
+                    f(&Event::Other { ts_ns: None });
+                }
+                Record::OpPyStack(o) => {
+                    op_py.insert(o.op, o.stack);
+                    f(&Event::Other { ts_ns: None });
+                }
                 Record::End(end) => {
                     // The end record's total covers drops that had no record of their own.
                     if end.dropped > dropped_seen {
@@ -257,6 +319,53 @@ impl TraceSource {
         outcome.complete = matches!(self.reader.status(), TraceStatus::Complete(_));
         outcome
     }
+}
+
+/// Whether a Python frame is an optimizer's `step` (see [`perfkit_profiler::pystep`]): in a
+/// Python trace without step spans, each optimizer step ends a training step.
+pub fn python_optimizer_step(f: &PyFrame) -> bool {
+    perfkit_profiler::pystep::is_optimizer_step(f)
+}
+
+/// Whether a Python source file belongs to a library rather than to the program: installed
+/// packages (`site-packages`, `dist-packages`), the standard library (`lib/python3.X/`) and the
+/// interpreter's own frozen modules (`<frozen ...>`).
+pub fn python_library_file(file: &str) -> bool {
+    if file.starts_with("<frozen") {
+        return true;
+    }
+    let parts: Vec<&str> = file.split(['/', '\\']).collect();
+    parts
+        .iter()
+        .any(|p| *p == "site-packages" || *p == "dist-packages")
+        || parts.windows(2).any(|w| {
+            w[0].eq_ignore_ascii_case("lib")
+                && w[1]
+                    .strip_prefix("python")
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+        })
+}
+
+/// The frame of a Python stack (innermost first) that stands for the operation in the program:
+/// the innermost frame in the program's own code (not in a library, see
+/// [`python_library_file`]), else the innermost frame.
+pub fn python_caller(frames: &[PyFrame]) -> Option<&PyFrame> {
+    frames
+        .iter()
+        .find(|f| !python_library_file(&f.file))
+        .or_else(|| frames.first())
+}
+
+/// How a Python frame is named in flamegraphs: `function (file:line)`, the file shortened to
+/// its path inside `site-packages` for installed packages.
+pub fn python_frame_name(f: &PyFrame) -> String {
+    let file = &*f.file;
+    let short = ["site-packages/", "dist-packages/"]
+        .iter()
+        .filter_map(|m| file.rfind(m).map(|i| &file[i + m.len()..]))
+        .next()
+        .unwrap_or(file);
+    format!("{} ({short}:{})", f.function, f.line)
 }
 
 fn trace_error(path: &Path, e: &perfkit_profiler::ReadError) -> Error {

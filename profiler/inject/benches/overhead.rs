@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use perfkit_inject::join::{CallInfo, Joiner};
+use perfkit_inject::join::{CallInfo, Joiner, PyFrames};
 use perfkit_inject::locate::{self, SearchEnv};
 use perfkit_inject::stack;
 
@@ -69,6 +69,7 @@ fn main() {
                         outer: None,
                         inner: None,
                         repeats: false,
+                        py: PyFrames::NotRead,
                     };
                     joiner.lock().unwrap().call_enter(corr, info);
                 }

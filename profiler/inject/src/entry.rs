@@ -19,9 +19,11 @@ use perfkit_profiler::recorder::{GpuOp, KernelLaunch, Recorder};
 
 use crate::calls::{self, Domain, StackPolicy, Watch};
 use crate::decode;
-use crate::join::{CallInfo, Clock, Joiner, Op};
+use crate::join::{CallInfo, Clock, Joiner, Op, PyFrames};
+use crate::python::{self, Python};
 use crate::stack;
 use perfkit_profiler::model::ModuleInfo;
+use perfkit_profiler::recorder::StrId;
 
 /// Size of each activity buffer handed to CUPTI.
 const BUFFER_SIZE: usize = 8 << 20;
@@ -61,6 +63,9 @@ struct Counters {
     /// trace clock) could not be read, and the records they held.
     untimed_buffers: AtomicU64,
     untimed_records: AtomicU64,
+    /// Calls whose Python frames were read, and calls made without the GIL (no frames).
+    python_frames: AtomicU64,
+    python_no_gil: AtomicU64,
 }
 
 struct State {
@@ -68,6 +73,9 @@ struct State {
     joiner: Mutex<Joiner>,
     stack_depth: usize,
     stack_policy: StackPolicy,
+    /// The CPython interpreter of the process, when there is one and frames are wanted.
+    python: Option<Python<StrId>>,
+    python_depth: usize,
     driver_watch: Vec<Option<Watch>>,
     runtime_watch: Vec<Option<Watch>>,
     flush: (Mutex<FlushRequest>, Condvar),
@@ -107,6 +115,9 @@ thread_local! {
     static OUTER: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Scratch buffer for stack capture.
     static IPS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Scratch buffer for Python frames.
+    static PY_FRAMES: std::cell::RefCell<Vec<python::Frame<StrId>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn say(msg: std::fmt::Arguments<'_>) {
@@ -295,6 +306,24 @@ fn start() -> Result<String, String> {
         Err(_) => stack::DEFAULT_DEPTH,
     };
     let stack_policy = StackPolicy::parse(std::env::var("PERFKIT_INJECT_STACKS").ok().as_deref())?;
+    let python_depth = match std::env::var("PERFKIT_INJECT_PYTHON_DEPTH") {
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("PERFKIT_INJECT_PYTHON_DEPTH={v:?} is not a number of frames"))?,
+        Err(_) => python::DEFAULT_DEPTH,
+    };
+    let python = if python_depth == 0 {
+        None
+    } else {
+        match Python::find() {
+            Ok(p) => p,
+            Err(why) => {
+                say(format_args!("warning: no Python frames recorded: {why}"));
+                None
+            }
+        }
+    };
     // Subscribe: fails when another CUPTI client (Nsight Systems, torch.profiler) holds CUPTI.
     let mut subscriber: sys::CUpti_SubscriberHandle = std::ptr::null_mut();
     // SAFETY: valid out-pointer and callback.
@@ -336,6 +365,8 @@ fn start() -> Result<String, String> {
         joiner: Mutex::new(Joiner::new()),
         stack_depth,
         stack_policy,
+        python,
+        python_depth,
         driver_watch: watch_table(Domain::Driver),
         runtime_watch: watch_table(Domain::Runtime),
         flush: (Mutex::new(FlushRequest::default()), Condvar::new()),
@@ -637,21 +668,31 @@ extern "C" fn at_exit() {
         }
         let c = &state.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        tracing::event!(
-            name: "perfkit.inject_stats",
-            target: "perfkit_inject",
-            tracing::Level::INFO,
-            copies = get(&c.copies),
-            kernels = get(&c.kernels),
-            syncs = get(&c.syncs),
-            other_ops = get(&c.other_ops),
-            unjoined = get(&c.unjoined),
-            decode_errors = get(&c.decode_errors),
-            cupti_dropped = get(&c.cupti_dropped),
-            trace_dropped = get(&c.trace_dropped),
-            untimed_buffers = get(&c.untimed_buffers),
-            untimed_records = get(&c.untimed_records)
-        );
+        // Recorded from a thread of its own: the exiting thread's thread-locals may be gone
+        // already (they are in a Python process), and an event recorded there is dropped.
+        std::thread::scope(|s| {
+            let _ = std::thread::Builder::new()
+                .name("perfkit-inject-exit".into())
+                .spawn_scoped(s, || {
+                    tracing::event!(
+                        name: "perfkit.inject_stats",
+                        target: "perfkit_inject",
+                        tracing::Level::INFO,
+                        copies = get(&c.copies),
+                        kernels = get(&c.kernels),
+                        syncs = get(&c.syncs),
+                        other_ops = get(&c.other_ops),
+                        unjoined = get(&c.unjoined),
+                        decode_errors = get(&c.decode_errors),
+                        cupti_dropped = get(&c.cupti_dropped),
+                        trace_dropped = get(&c.trace_dropped),
+                        untimed_buffers = get(&c.untimed_buffers),
+                        untimed_records = get(&c.untimed_records),
+                        python_frames = get(&c.python_frames),
+                        python_no_gil = get(&c.python_no_gil)
+                    );
+                });
+        });
         finish_session();
         say(format_args!(
             "{} copies, {} kernels, {} synchronizations, {} other operations recorded{}{}{}",
@@ -667,6 +708,14 @@ extern "C" fn at_exit() {
             ),
             nonzero(", ", get(&c.decode_errors), " records could not be decoded"),
         ));
+        if state.python.is_some() {
+            say(format_args!(
+                "Python frames read at {} calls; {} calls were made without the GIL held (no \
+                 Python frames)",
+                get(&c.python_frames),
+                get(&c.python_no_gil)
+            ));
+        }
         if get(&c.untimed_buffers) > 0 {
             say(format_args!(
                 "warning: {} activity buffers ({} records) were dropped: the CUPTI timestamp \
@@ -772,6 +821,13 @@ fn on_enter(state: &State, dom: Domain, correlation: u32, watch: Watch) {
     }
     let host_start = state.rec.now();
     let thread = state.rec.current_thread();
+    // Python frames, read before anything is locked (see `python`); a driver call inside a
+    // watched runtime call shares the runtime call's.
+    let py = if dom == Domain::Driver && outer != 0 {
+        PyFrames::NotRead
+    } else {
+        python_frames(state)
+    };
     // A driver call inside a watched runtime call shares the runtime call's stack.
     let stack = if state.stack_depth == 0
         || !state.stack_policy.wants(watch)
@@ -795,6 +851,7 @@ fn on_enter(state: &State, dom: Domain, correlation: u32, watch: Watch) {
         outer: (dom == Domain::Driver && outer != 0).then_some(outer),
         inner: None,
         repeats: watch == Watch::GraphLaunch,
+        py,
     };
     state
         .joiner
@@ -804,6 +861,35 @@ fn on_enter(state: &State, dom: Domain, correlation: u32, watch: Watch) {
     if dom == Domain::Runtime && outer == 0 {
         OUTER.with(|o| o.set(correlation));
     }
+}
+
+/// The Python frames of the calling thread, recorded as a Python stack of the trace.
+fn python_frames(state: &State) -> PyFrames {
+    let Some(py) = &state.python else {
+        return PyFrames::NotRead;
+    };
+    PY_FRAMES.with(|frames| {
+        let Ok(mut frames) = frames.try_borrow_mut() else {
+            return PyFrames::NotRead;
+        };
+        let intern = |s: &str| state.rec.intern(s);
+        match py.frames(state.python_depth, &intern, &mut frames) {
+            python::Read::NotRead => PyFrames::NotRead,
+            python::Read::GilNotHeld => {
+                state.counters.python_no_gil.fetch_add(1, Ordering::Relaxed);
+                PyFrames::GilNotHeld
+            }
+            python::Read::Frames => {
+                // 0: the session is finished.
+                let id = state.rec.py_stack(&frames);
+                if id == 0 {
+                    return PyFrames::NotRead;
+                }
+                state.counters.python_frames.fetch_add(1, Ordering::Relaxed);
+                PyFrames::Stack(id)
+            }
+        }
+    })
 }
 
 fn on_exit(state: &State, dom: Domain, correlation: u32) {
@@ -1007,6 +1093,12 @@ fn emit(state: &State, op: &Op) {
         shared_mem_bytes: k.shared_mem_bytes,
     });
     let id = rec.next_id();
+    // Before the operation: a reader that streams the trace meets the Python stack first.
+    match op.py {
+        PyFrames::NotRead => {}
+        PyFrames::GilNotHeld => rec.op_py_stack(id, None),
+        PyFrames::Stack(s) => rec.op_py_stack(id, Some(s)),
+    }
     let mut g = GpuOp::new(op.kind);
     g.id = id;
     g.thread = op.thread;

@@ -32,6 +32,22 @@ pub struct CallInfo {
     /// Several operations carry this call's correlation id (a CUDA graph launch: every node
     /// of the replay), so the call stays in the table after the first one.
     pub repeats: bool,
+    /// The Python frames of the issuing thread.
+    pub py: PyFrames,
+}
+
+/// The Python frames of the thread that issued a call (see `docs/injection.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PyFrames {
+    /// Not read: no Python interpreter in the process, Python frames turned off, or a call
+    /// known only from an API activity record.
+    #[default]
+    NotRead,
+    /// The thread did not hold the GIL (it released it around the CUDA call, or is a native
+    /// thread): no frames were read, on purpose.
+    GilNotHeld,
+    /// The id of the recorded Python stack.
+    Stack(u64),
 }
 
 /// Maps CUPTI timestamps to the trace clock: `trace = cupti + offset`.
@@ -108,6 +124,8 @@ pub struct Op {
     pub kernel: Option<KernelOut>,
     /// Host call stack id.
     pub stack: Option<u64>,
+    /// Python frames of the issuing thread.
+    pub py: PyFrames,
     /// Whether the issuing call was found (false: host times are the GPU start).
     pub joined: bool,
 }
@@ -216,6 +234,7 @@ impl Joiner {
                 outer: None,
                 inner: None,
                 repeats: false,
+                py: PyFrames::NotRead,
             },
         );
         if self.api_only.len() > CALL_WINDOW {
@@ -277,6 +296,11 @@ impl Joiner {
                     outer: None,
                     inner: None,
                     repeats: o.repeats || c.repeats,
+                    py: if o.py == PyFrames::NotRead {
+                        c.py
+                    } else {
+                        o.py
+                    },
                 });
             }
         } else if let Some(inner) = c.inner {
@@ -400,6 +424,7 @@ impl Joiner {
                     kernel: None,
                     stack: call.and_then(|c| c.stack),
                     joined: call.is_some(),
+                    py: call.map_or(PyFrames::NotRead, |c| c.py),
                 })
             }
             Activity::Memory(m)
@@ -467,6 +492,7 @@ impl Joiner {
             kernel: None,
             stack: call.and_then(|c| c.stack),
             joined: call.is_some(),
+            py: call.map_or(PyFrames::NotRead, |c| c.py),
         }
     }
 }
@@ -501,6 +527,7 @@ mod tests {
             outer: None,
             inner: None,
             repeats: false,
+            py: PyFrames::NotRead,
         }
     }
 
@@ -563,6 +590,7 @@ mod tests {
                 outer: Some(10),
                 inner: None,
                 repeats: false,
+                py: PyFrames::NotRead,
             },
         );
         j.call_exit(11, 150);
@@ -595,6 +623,7 @@ mod tests {
             outer: Some(outer),
             inner: None,
             repeats: false,
+            py: PyFrames::NotRead,
         }
     }
 
@@ -650,6 +679,7 @@ mod tests {
             50,
             CallInfo {
                 repeats: true,
+                py: PyFrames::NotRead,
                 ..call(4, 300, 300, 8)
             },
         );

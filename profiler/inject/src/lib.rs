@@ -14,6 +14,7 @@
 //! - [`locate`]: finding libcupti and reading its version.
 //! - [`host`]: what the launcher calls.
 //! - [`calls`], [`stack`]: watched API functions; host call stacks.
+//! - `python`: the Python frames of the calling thread (Linux).
 
 #![deny(missing_docs)]
 
@@ -25,6 +26,8 @@ mod entry;
 pub mod host;
 pub mod join;
 pub mod locate;
+#[cfg(target_os = "linux")]
+pub mod python;
 pub mod stack;
 pub mod version;
 

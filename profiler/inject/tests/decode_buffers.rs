@@ -7,7 +7,7 @@ use std::mem::size_of;
 
 use cudarc::cupti::sys;
 use perfkit_inject::decode::{self, Activity, ApiDomain, CopyKind, MemoryKind, SyncKind};
-use perfkit_inject::join::{CallInfo, Clock, Joiner};
+use perfkit_inject::join::{CallInfo, Clock, Joiner, PyFrames};
 use perfkit_profiler::model::{GpuOpKind, HostMemory};
 
 /// An 8-byte aligned byte buffer records are appended to.
@@ -399,6 +399,7 @@ fn a_decoded_step_becomes_trace_operations() {
         outer: None,
         inner: None,
         repeats: false,
+        py: PyFrames::NotRead,
     };
     for (corr, t, s) in [(10, 100, 1), (20, 200, 2), (30, 300, 3), (40, 400, 4)] {
         j.call_enter(corr, call(t, s));
@@ -533,6 +534,7 @@ fn a_peer_copy_decodes_and_becomes_a_device_copy() {
             outer: None,
             inner: None,
             repeats: false,
+            py: PyFrames::NotRead,
         },
     );
     j.call_exit(50, 600);

@@ -170,6 +170,15 @@ pub(super) fn analyze_file(
         .as_deref()
         .unwrap_or(&header.step_span_name);
     let mut agg = SpanAggregator::new(step_span);
+    // A Python trace without step spans: steps from its optimizer steps (see `pystep`).
+    let mut real_steps = false;
+    let mut py_steps = crate::pystep::PyStepInference::new();
+    let mut py_stacks: std::collections::HashMap<u64, Vec<crate::model::PyFrame>> =
+        std::collections::HashMap::new();
+    let mut op_py: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    // Inferred steps begun and not yet ended: span -> (thread, start). Only ended ones are
+    // counted (the last one is unfinished, not a span left open).
+    let mut py_open: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
     let mut events = 0u64;
     let mut dropped = 0u64;
     let mut first_ts = None::<u64>;
@@ -191,7 +200,35 @@ pub(super) fn analyze_file(
             last_ts = last_ts.max(ts);
         }
         match record {
-            Record::SpanNew(r) => agg.new_span(r.id.0, &r.callsite.name),
+            Record::SpanNew(r) => {
+                real_steps |= *r.callsite.name == *step_span;
+                agg.new_span(r.id.0, &r.callsite.name);
+            }
+            Record::PyStack(p) => {
+                py_stacks.insert(p.id, p.frames);
+            }
+            Record::OpPyStack(o) => {
+                if let Some(stack) = o.stack {
+                    op_py.insert(o.op, stack);
+                }
+            }
+            Record::Gpu(g) if !real_steps => {
+                let boundary = op_py
+                    .remove(&g.id)
+                    .and_then(|id| py_stacks.get(&id))
+                    .and_then(|frames| py_steps.op(g.thread, frames, g.host_end));
+                if let Some(b) = boundary {
+                    let thread = u64::from(b.thread);
+                    if let Some((thread, start)) = b.ended.and_then(|s| py_open.remove(&s)) {
+                        let span = b.ended.unwrap_or(0);
+                        agg.new_span(span, step_span);
+                        agg.enter(thread, span, start);
+                        agg.exit(thread, span, b.at);
+                        agg.close(span);
+                    }
+                    py_open.insert(b.begun, (thread, b.at));
+                }
+            }
             Record::SpanEnter(r) => agg.enter(u64::from(r.thread), r.span.0, r.ts),
             Record::SpanExit(r) => agg.exit(u64::from(r.thread), r.span.0, r.ts),
             Record::SpanClose(r) => agg.close(r.span.0),
