@@ -770,3 +770,46 @@ fn several_runs_per_side_are_judged_by_a_test_one_run_by_the_noise_floor() {
         .code(0)
         .stdout(predicate::str::contains("within noise; Welch t-test"));
 }
+
+/// `--repeat N --baseline-program P -- PROGRAM ARGS` records N runs of each side, interleaved,
+/// and compares them with the test over per-run medians.
+#[test]
+fn repeat_records_interleaved_runs_of_both_programs_and_compares_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("runs");
+    // The reference trainer is linked into perfkit (`perfkit demo --run-trainer`).
+    let perfkit_exe = assert_cmd::cargo::cargo_bin("perfkit");
+    let assert = perfkit()
+        .args(["check", "--repeat", "2", "--out"])
+        .arg(&out)
+        .arg("--baseline-program")
+        .arg(&perfkit_exe)
+        .arg("--")
+        .arg(&perfkit_exe)
+        .args(["demo", "--run-trainer", "--device", "cpu", "--steps", "4"])
+        .assert()
+        .stdout(predicate::str::contains(
+            "(median over steps; 8 baseline and 8 candidate steps): 4 compared, 0 grew: pass",
+        ))
+        .stdout(predicate::str::contains(
+            "Welch t-test over per-run medians (2 vs 2 runs, run-to-run sd",
+        ))
+        .stderr(predicate::str::contains("candidate run 2 of 2"));
+    // Pass or fail depends on this machine's timing; an error (2) never.
+    assert_ne!(assert.get_output().status.code(), Some(2));
+    for run in ["baseline-1", "candidate-1", "baseline-2", "candidate-2"] {
+        assert!(out.join(run).join("summary.json").is_file(), "{run}");
+    }
+    // A failing program is an error that names the run.
+    perfkit()
+        .args(["check", "--repeat", "1", "--out"])
+        .arg(dir.path().join("bad"))
+        .arg("--baseline-program")
+        .arg(&perfkit_exe)
+        .arg("--")
+        .arg(&perfkit_exe)
+        .args(["demo", "--run-trainer", "--steps", "not-a-number"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the baseline run 1"));
+}

@@ -74,6 +74,33 @@ pub struct CheckArgs {
     /// step (default `noise-floor` of `[check]`, else 25%).
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     noise_floor: Option<f64>,
+    /// Record the runs to compare instead of reading them: run the baseline program and
+    /// PROGRAM (the candidate) N times each, interleaved (baseline, candidate, baseline, ...),
+    /// each under `perfkit profile`, then compare the N runs of each side.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "baseline_program",
+        conflicts_with_all = ["baseline", "candidate"],
+        value_parser = clap::value_parser!(u32).range(1..=100)
+    )]
+    repeat: Option<u32>,
+    /// With `--repeat`: the baseline's program, run with the same ARGS as PROGRAM.
+    #[arg(long, value_name = "PATH", requires = "repeat")]
+    baseline_program: Option<PathBuf>,
+    /// With `--repeat`: where the runs are written (`DIR/baseline-1`, `DIR/candidate-1`, ...;
+    /// default `perfkit-out/check`).
+    #[arg(long, value_name = "DIR", requires = "repeat")]
+    out: Option<PathBuf>,
+    /// With `--repeat`: the candidate program and the arguments both programs get.
+    #[arg(
+        value_name = "PROGRAM",
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        requires = "repeat"
+    )]
+    command: Vec<std::ffi::OsString>,
     /// Output on stdout: `text`, or `github` (workflow-command annotations).
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     format: CheckFormat,
@@ -429,9 +456,15 @@ fn lint_paths(args: &CheckArgs) -> anyhow::Result<LintReport> {
 
 /// Runs `perfkit check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    if args.lint.is_empty() && args.baseline.is_empty() {
-        bail!("nothing to check: give `--lint PATH` and/or `--baseline BASE --candidate NEW`");
+    if args.lint.is_empty() && args.baseline.is_empty() && args.repeat.is_none() {
+        bail!(
+            "nothing to check: give `--lint PATH` and/or `--baseline BASE... --candidate NEW...` (or `--repeat N --baseline-program PATH -- PROGRAM [ARGS]`)"
+        );
     }
+    let (baseline, candidate) = match args.repeat {
+        Some(n) => record_runs(&args, n)?,
+        None => (args.baseline.clone(), args.candidate.clone()),
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut failed = false;
@@ -497,7 +530,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
 
     // Profile gate.
-    if !args.baseline.is_empty() {
+    if !baseline.is_empty() {
         let (mut config, _) = match &args.config {
             Some(file) => (CheckConfig::from_file(file)?, Some(file.clone())),
             None => CheckConfig::discover(Path::new("."))?,
@@ -509,13 +542,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             config.noise_floor = v;
         }
         let options = AnalyzeOptions::default();
-        let base: Vec<Run> = args
-            .baseline
+        let base: Vec<Run> = baseline
             .iter()
             .map(|p| load(p, &options))
             .collect::<anyhow::Result<_>>()?;
-        let new: Vec<Run> = args
-            .candidate
+        let new: Vec<Run> = candidate
             .iter()
             .map(|p| load(p, &options))
             .collect::<anyhow::Result<_>>()?;
@@ -672,6 +703,56 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--repeat N`: profiles the baseline program and the candidate N times each, interleaved,
+/// with `perfkit profile`, and returns the run directories of each side.
+fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        bail!(
+            "--repeat needs the candidate program: `perfkit check --repeat N --baseline-program PATH -- PROGRAM [ARGS]`"
+        );
+    };
+    let Some(base_program) = &args.baseline_program else {
+        bail!("--repeat needs --baseline-program PATH");
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("perfkit-out/check"));
+    let exe = std::env::current_exe().context("cannot find the perfkit executable")?;
+    let (mut base, mut new) = (Vec::new(), Vec::new());
+    for i in 1..=n {
+        for (which, prog, runs) in [
+            ("baseline", base_program.as_os_str(), &mut base),
+            ("candidate", program.as_os_str(), &mut new),
+        ] {
+            let dir = out.join(format!("{which}-{i}"));
+            eprintln!(
+                "perfkit check: {which} run {i} of {n}: {} -> {}",
+                Path::new(prog).display(),
+                dir.display()
+            );
+            let status = std::process::Command::new(&exe)
+                .args(["profile", "--quiet", "--no-lint", "--out"])
+                .arg(&dir)
+                .arg("--")
+                .arg(prog)
+                .args(program_args)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .with_context(|| format!("cannot run {}", exe.display()))?;
+            if !status.success() {
+                bail!(
+                    "--repeat: the {which} run {i} ({}) failed: {status} (its output and trace are in {})",
+                    Path::new(prog).display(),
+                    dir.display()
+                );
+            }
+            runs.push(dir);
+        }
+    }
+    Ok((base, new))
 }
 
 fn load(path: &Path, options: &AnalyzeOptions) -> anyhow::Result<Run> {
