@@ -1083,3 +1083,20 @@ pub(crate) fn round2(v: f64) -> f64 {
 pub(crate) fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_median_counts_the_steps_left_out_as_zero() {
+        // 5 steps: counts 0, 0, 1, 1, 3 -> median 1.
+        let hist = BTreeMap::from([(1, 2), (3, 1)]);
+        assert_eq!(histogram_median(&hist, 5), 1.0);
+        // 6 steps: 0, 0, 0, 1, 1, 3 -> (0 + 1) / 2.
+        assert_eq!(histogram_median(&hist, 6), 0.5);
+        // A first step that does something once: median 0.
+        assert_eq!(histogram_median(&BTreeMap::from([(4, 1)]), 10), 0.0);
+        assert_eq!(histogram_median(&BTreeMap::new(), 0), 0.0);
+    }
+}
