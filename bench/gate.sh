@@ -5,14 +5,14 @@
 #    short fixed workload), then `perfkit check` on every pair (RUNS*(RUNS-1)/2 pairs, one run per
 #    side) at the default settings. Also the largest step-time change seen between two runs, and
 #    3-vs-3 checks over interleaved triples of the same runs.
-# 2. Detection: a known per-step delay (`train --step-delay-us`, 2, 5, 10 and 20 % of the median
+# 2. Detection: a known per-step delay (`train --step-delay-us`, 2, 5, 10, 20 and 50 % of the median
 #    step of phase 1) is injected into candidate runs, interleaved with fresh baseline runs
 #    (base, cand, base, cand, ...), and checked with 1 run per side (each adjacent pair) and with
 #    3 runs per side (disjoint triples).
 #
 # Prints a Markdown table. Usage:
 #   bench/gate.sh [--runs N] [--steps N] [--pairs N]
-# (defaults: 20 runs, 60 steps per run, 6 interleaved base/candidate pairs per delay).
+# (defaults: 20 runs, 100 steps per run, 9 interleaved base/candidate pairs per delay).
 # Everything is written under target/bench-gate/ (deleted and recreated on each run).
 set -euo pipefail
 
@@ -20,8 +20,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 work="$target_dir/bench-gate"
 runs=20
-steps=60
-pairs=6
+steps=100
+pairs=9
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
@@ -34,9 +34,9 @@ done
 cargo build --release --quiet -p perfkit -p perfkit-kernels --bins --manifest-path "$root/Cargo.toml"
 perfkit="$target_dir/release/perfkit"
 train="$target_dir/release/train"
-# The workload: one data-loading thread less to fight over two cores (inline loading), a
-# model small enough that a run takes a few seconds.
-workload=(--device cpu --steps "$steps" --workers 0 --hidden 512 --batch-size 128 --log-every 1000)
+# The workload: the default model (784 -> 1024 -> 10, batch 256), batches generated inline (no
+# loader threads to fight over two cores); a run takes a few seconds.
+workload=(--device cpu --steps "$steps" --workers 0 --log-every 1000)
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -67,12 +67,17 @@ for i in $(seq -w 0 $((runs - 1))); do
 done
 median_step_ns="$(printf '%s\n' "${medians[@]}" | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : int((v[NR/2]+v[NR/2+1])/2)}')"
 
-fails=0; total=0; maxabs=0
+# Every pair, the earlier run as the baseline; then the same pairs the other way round.
+fails=0; total=0; rfails=0; maxup=0
 for i in $(seq 0 $((runs - 1))); do
   for j in $(seq $((i + 1)) $((runs - 1))); do
-    read -r rc change < <(check --baseline "same$(printf %02d "$i")" --candidate "same$(printf %02d "$j")")
+    a="same$(printf %02d "$i")"; b="same$(printf %02d "$j")"
+    read -r rc change < <(check --baseline "$a" --candidate "$b")
     total=$((total + 1)); fails=$((fails + rc))
-    maxabs="$(awk -v a="$maxabs" -v c="$change" 'BEGIN {c = c < 0 ? -c : c; print (c > a) ? c : a}')"
+    maxup="$(awk -v a="$maxup" -v c="$change" 'BEGIN {print (c > a) ? c : a}')"
+    read -r rc change < <(check --baseline "$b" --candidate "$a")
+    rfails=$((rfails + rc))
+    maxup="$(awk -v a="$maxup" -v c="$change" 'BEGIN {print (c > a) ? c : a}')"
   done
 done
 fails3=0; total3=0
@@ -85,7 +90,7 @@ done
 
 echo "phase 2: injected delays, $pairs interleaved base/candidate pairs per delay" >&2
 rows=()
-for pct in 2 5 10 20; do
+for pct in 2 5 10 20 50; do
   delay_us=$((median_step_ns * pct / 100 / 1000))
   for p in $(seq 0 $((pairs - 1))); do
     profile "base$pct-$p"
@@ -112,10 +117,11 @@ echo "Workload: \`train ${workload[*]}\` under \`perfkit profile\`, release buil
 echo
 echo "| same binary, default settings | checks | failed (false failures) |"
 echo "|---|---|---|"
-echo "| 1 run per side, every pair of $runs runs | $total | $fails |"
+echo "| 1 run per side, every pair of $runs runs (earlier run as baseline) | $total | $fails |"
+echo "| 1 run per side, the same pairs the other way round | $total | $rfails |"
 echo "| 3 runs per side, interleaved triples of the same runs | $total3 | $fails3 |"
 echo
-echo "Largest step-time change between two runs of the same binary: $maxabs % of the baseline step."
+echo "Largest slowdown between two runs of the same binary (either order): +$maxup % of the baseline step; run-to-run standard deviation of the per-run medians: $(printf '%s\n' "${medians[@]}" | awk '{s += $1; q += $1 * $1} END {m = s / NR; printf "%.1f", sqrt((q - NR * m * m) / (NR - 1)) / m * 100}') %."
 echo
 echo "| injected delay | mean measured change (1 vs 1) | detected, 1 run per side | detected, 3 runs per side |"
 echo "|---|---|---|---|"

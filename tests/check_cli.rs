@@ -740,7 +740,7 @@ fn several_runs_per_side_are_judged_by_a_test_one_run_by_the_noise_floor() {
         .code(1)
         .stdout(predicate::str::is_match(r"median step time: .* regression; Welch t-test over per-run medians \(3 vs 3 runs, run-to-run sd 1\.0 %\): p = 0\.00\d < alpha 0\.05, 95 % interval of the change").expect("regex"))
         .stdout(predicate::str::contains("perfkit check: FAIL"));
-    // The same 12 % with one run per side is within the 25 % noise floor: a weak pass.
+    // The same 12 % with one run per side is within the 50 % noise floor: a weak pass.
     perfkit()
         .args(["check", "--baseline"])
         .arg(&base[0])

@@ -145,7 +145,7 @@ pub struct StepDelta {
     /// `new / base - 1`.
     pub change: f64,
     /// The change that run-to-run variation could explain: the noise floor of `perfkit check`
-    /// (one run per side: `noise-floor` of `[check]`, default 25 % of the base median), or
+    /// (one run per side: `noise-floor` of `[check]`, default 50 % of the base median), or
     /// [`NOISE_SIGMAS`] standard errors of the difference of the medians from each run's
     /// per-step spread where that is wider.
     pub noise_ns: u64,

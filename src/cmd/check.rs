@@ -71,7 +71,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     max_regression: Option<f64>,
     /// With one run per side, a timing change counts only beyond this share of the baseline
-    /// step (default `noise-floor` of `[check]`, else 25%).
+    /// step (default `noise-floor` of `[check]`, else 50%).
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     noise_floor: Option<f64>,
     /// Record the runs to compare instead of reading them: run the baseline program and

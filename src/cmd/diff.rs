@@ -12,7 +12,7 @@ use perfkit_reports::diff::{RunInput, diff_with, differential_flamegraphs};
     after_help = "BASE and NEW are trace files, run directories or summary.json files. \
 The step-time verdict uses the model of `perfkit check`: with one run per side a change is \
 `slower` or `faster` only beyond the noise floor (`noise-floor` of `[check]` in perfkit.toml, \
-default 25%) and the minimum effect (`min-effect`, default 5%); otherwise `within noise`."
+default 50%) and the minimum effect (`min-effect`, default 5%); otherwise `within noise`."
 )]
 pub struct DiffArgs {
     /// The reference run.
