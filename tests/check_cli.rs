@@ -204,7 +204,7 @@ fn cpu_runs_say_which_gates_were_not_applied() {
         trace
     };
     let base = cpu_run("base", 1_000_000);
-    let slower = cpu_run("slower", 1_500_000);
+    let slower = cpu_run("slower", 2_000_000);
     let summary = dir.path().join("summary.md");
     perfkit()
         .env("GITHUB_STEP_SUMMARY", &summary)
