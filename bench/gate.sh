@@ -12,7 +12,7 @@
 #
 # Prints a Markdown table. Usage:
 #   bench/gate.sh [--runs N] [--steps N] [--pairs N]
-# (defaults: 20 runs, 100 steps per run, 9 interleaved base/candidate pairs per delay).
+# (defaults: 20 runs, 100 steps per run, 6 interleaved base/candidate pairs per delay).
 # Everything is written under target/bench-gate/ (deleted and recreated on each run).
 set -euo pipefail
 
@@ -21,7 +21,7 @@ target_dir="${CARGO_TARGET_DIR:-$root/target}"
 work="$target_dir/bench-gate"
 runs=20
 steps=100
-pairs=9
+pairs=6
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
