@@ -1,21 +1,21 @@
-//! `perfkit check`: a CI gate over lint findings and over regressions between two runs.
+//! `perfkit check`: a CI gate over lint findings and over regressions between runs.
 //!
 //! ```text
 //! perfkit check --lint src/                                       # fail on findings at warning or above
-//! perfkit check --baseline base/ --candidate new/ --max-regression 5%
+//! perfkit check --baseline base/ --candidate new/
+//! perfkit check --baseline b1/ b2/ b3/ --candidate n1/ n2/ n3/ --max-regression 5%
+//! perfkit check --repeat 3 --baseline-program old/train -- new/train --steps 100
 //! perfkit check --lint src/ --baseline base/summary.json --candidate new/ --format github --sarif lint.sarif
 //! ```
 //!
-//! A run regresses when a measured quantity grows by more than the allowed amount plus the
-//! change that run-to-run noise alone explains (twice the standard error of the difference of
-//! the medians, from each run's per-step spread):
+//! Runs are compared in two steps (the models live in `perfkit_reports::gate`):
 //!
-//! - median step time: allowed = `max-regression` x the baseline median;
-//! - GPU idle share of step time: allowed = `max-regression` as percentage points (5% allows
-//!   going from 10% idle to 15% idle);
-//! - copy time per step (GPU time spent copying while no kernel ran): allowed =
-//!   `max-regression` x the baseline median step time (copies may take at most 5% more of a
-//!   step), so a run that had no exposed copies can still be compared.
+//! 1. per-step counters (copies, synchronizations, uploads, allocations, launches, span
+//!    entries; median over steps): any growth beyond the `[check.counters]` allowance fails,
+//!    naming the rule and the source lines of the new operations;
+//! 2. timing (median step time, GPU idle share, copy time per step), each run reduced to its
+//!    median: with two or more runs per side Welch's t-test plus the minimum effect
+//!    (`--max-regression`); with one run per side the noise floor, and the verdict is weak.
 //!
 //! Improvements and changes within noise pass. An incomplete run (a trace cut short or
 //! unreadable, the program ended by a signal) fails unless `--allow-incomplete`. Exit codes:
