@@ -204,7 +204,7 @@ fn cpu_runs_say_which_gates_were_not_applied() {
         trace
     };
     let base = cpu_run("base", 1_000_000);
-    let slower = cpu_run("slower", 1_500_000);
+    let slower = cpu_run("slower", 2_000_000);
     let summary = dir.path().join("summary.md");
     perfkit()
         .env("GITHUB_STEP_SUMMARY", &summary)
@@ -298,6 +298,13 @@ fn bad_input_is_an_error_with_exit_code_2() {
 /// step, a pageable upload of the batch from the lines of `upload_pageable`, a kernel, and a
 /// 4-byte loss readback from the line of `read_loss_every_step`.
 fn readback_pageable_trace(steps: u64) -> Vec<u8> {
+    gpu_step_trace(steps, true, false)
+}
+
+/// The trace of [`readback_pageable_trace`], with the loss readback (line 29) and a stream
+/// synchronization at the end of each step (line 38, as `--sync-every-step` issues it) on or
+/// off.
+fn gpu_step_trace(steps: u64, readback: bool, sync: bool) -> Vec<u8> {
     use perfkit_profiler::TraceWriter;
     use perfkit_profiler::model::{
         Callsite, CallsiteKind, EndReason, GpuEvent, GpuOpKind, Header, HostMemory, KernelInfo,
@@ -357,7 +364,7 @@ fn readback_pageable_trace(steps: u64) -> Vec<u8> {
             span,
         }))
         .expect("write");
-        let ops = vec![
+        let mut ops = vec![
             // Pageable upload of the batch (802,816 bytes) and of the labels.
             gpu(
                 id,
@@ -386,8 +393,10 @@ fn readback_pageable_trace(steps: u64) -> Vec<u8> {
                 (t + 165_000, t + 465_000),
                 None,
             ),
+        ];
+        if readback {
             // The readback waits for the kernel.
-            gpu(
+            ops.push(gpu(
                 id + 3,
                 GpuOpKind::MemcpyDtoH,
                 4,
@@ -395,8 +404,23 @@ fn readback_pageable_trace(steps: u64) -> Vec<u8> {
                 (t + 165_000, t + 470_000),
                 (t + 466_000, t + 468_000),
                 at(29),
-            ),
-        ];
+            ));
+        }
+        if sync {
+            ops.push(GpuEvent {
+                gpu_start: None,
+                gpu_end: None,
+                ..gpu(
+                    0,
+                    GpuOpKind::Synchronize,
+                    0,
+                    None,
+                    (t + 470_000, t + 480_000),
+                    (0, 0),
+                    at(38),
+                )
+            });
+        }
         id += 4;
         t += 500_000;
         for op in ops {
@@ -521,4 +545,271 @@ fn a_profile_table_in_perfkit_toml_does_not_break_the_lint_gate() {
         .assert()
         .code(0)
         .stdout(predicate::str::contains("perfkit check: PASS"));
+}
+
+/// Writes `trace` as the one trace of a run directory `root/name`.
+fn trace_run(root: &Path, name: &str, trace: Vec<u8>) -> PathBuf {
+    let dir = root.join(name).join("trace");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("train-11.pktrace"), trace).expect("write trace");
+    dir
+}
+
+/// A candidate that adds a per-step readback and a per-step synchronization fails on the
+/// counters, naming the rules and the lines the new operations come from, whatever the timing.
+#[test]
+fn a_new_per_step_readback_or_sync_fails_the_counter_gate_with_its_source_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = trace_run(dir.path(), "base", gpu_step_trace(20, false, false));
+    let readback = trace_run(dir.path(), "readback", gpu_step_trace(20, true, false));
+    let both = trace_run(dir.path(), "both", gpu_step_trace(20, true, true));
+    perfkit()
+        .args(["check", "--format", "github", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&readback)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "PK101: device-to-host copies per step 0 -> 1, new at kernels/src/antipatterns.rs:29: FAIL",
+        ))
+        .stdout(predicate::str::contains(
+            "::error title=perfkit check::PK101: device-to-host copies per step 0 -> 1",
+        ))
+        .stdout(predicate::str::contains("PK102").not())
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&readback)
+        .arg("--candidate")
+        .arg(&both)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "PK102: explicit synchronizations per step 0 -> 1, new at kernels/src/antipatterns.rs:38: FAIL",
+        ))
+        .stdout(predicate::str::contains(
+            "PK101: device-to-host copies per step 1 -> 1: same",
+        ));
+    // Removing them passes the counters (and the step got no slower).
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&both)
+        .arg("--candidate")
+        .arg(&base)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("0 grew: pass"))
+        .stdout(predicate::str::contains("perfkit check: PASS"));
+    // An allowance in `[check.counters]` lets one readback per step through.
+    std::fs::write(
+        dir.path().join("perfkit.toml"),
+        "[check.counters]\nd2h-copies = 1\n",
+    )
+    .expect("write");
+    perfkit()
+        .current_dir(dir.path())
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&readback)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(
+            "PK101: device-to-host copies per step 0 -> 1, new at kernels/src/antipatterns.rs:29: pass (growth allowed: 1)",
+        ));
+    // A bad key in the table is an error that names the file and the key.
+    std::fs::write(
+        dir.path().join("perfkit.toml"),
+        "[check.counters]\nreadbacks = 1\n",
+    )
+    .expect("write");
+    perfkit()
+        .current_dir(dir.path())
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&readback)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("perfkit.toml"))
+        .stderr(predicate::str::contains("unknown counter `readbacks`"));
+}
+
+/// A CPU run has no GPU counters, but its span entries per step are counted: a loader that
+/// now fetches twice per step fails, naming the line of the new span entries.
+#[test]
+fn cpu_runs_gate_span_entries_per_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cpu_run = |name: &str, fetches: u64| {
+        let trace = dir.path().join(name).join("trace");
+        std::fs::create_dir_all(&trace).expect("mkdir");
+        let mut s = Synth::new(Vec::new(), "train", 3, None, 0);
+        for step in 0..30 {
+            s.enter(0, "step", Some(step));
+            for _ in 0..fetches {
+                s.enter(0, "fetch", None);
+                s.work(100_000);
+                s.exit(0);
+            }
+            s.work(1_000_000);
+            s.exit(0);
+        }
+        std::fs::write(trace.join("train-3.pktrace"), s.finish(false)).expect("write trace");
+        trace
+    };
+    let base = cpu_run("base", 1);
+    let twice = cpu_run("twice", 2);
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&twice)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_match(r"entries of span `fetch` per step 1 -> 2, more at \S+ \(1\.0 -> 2\.0 per step\): FAIL").expect("regex"))
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+}
+
+/// Two CPU runs of the reference trainer (the same binary, the same arguments) count the same
+/// operations per step: the counter gate passes, whatever the machine did to the timing.
+#[test]
+fn two_runs_of_the_reference_trainer_count_the_same_per_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The reference trainer is linked into perfkit (`perfkit demo --run-trainer`).
+    let perfkit_exe = assert_cmd::cargo::cargo_bin("perfkit");
+    for name in ["a", "b"] {
+        perfkit()
+            .args(["profile", "--no-lint", "--out"])
+            .arg(dir.path().join(name))
+            .arg("--")
+            .arg(&perfkit_exe)
+            .args(["demo", "--run-trainer", "--device", "cpu", "--steps", "6"])
+            .assert()
+            .success();
+    }
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(dir.path().join("a"))
+        .arg("--candidate")
+        .arg(dir.path().join("b"))
+        .assert()
+        .stdout(predicate::str::contains(
+            "(median over steps; 6 baseline and 6 candidate steps): 4 compared, 0 grew: pass",
+        ))
+        .stdout(predicate::str::contains(
+            "entries of span `forward` per step 1 -> 1: same",
+        ));
+}
+
+/// Several runs per side: per-run medians are compared with Welch's t-test and the output
+/// gives the evidence; one run per side is judged against the noise floor and says the
+/// verdict is weak.
+#[test]
+fn several_runs_per_side_are_judged_by_a_test_one_run_by_the_noise_floor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cpu_run = |name: &str, step_ns: u64| {
+        let trace = dir.path().join(name).join("trace");
+        std::fs::create_dir_all(&trace).expect("mkdir");
+        let mut s = Synth::new(Vec::new(), "train", 3, None, 0);
+        for step in 0..30 {
+            s.enter(0, "step", Some(step));
+            s.work(step_ns + (step % 3) * 1_000);
+            s.exit(0);
+        }
+        std::fs::write(trace.join("train-3.pktrace"), s.finish(false)).expect("write trace");
+        trace
+    };
+    // Baseline runs spread by about 1 %; the candidate runs are 12 % slower.
+    let base: Vec<PathBuf> = [1_000_000, 1_010_000, 990_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &ns)| cpu_run(&format!("base{i}"), ns))
+        .collect();
+    let slow: Vec<PathBuf> = [1_120_000, 1_130_000, 1_110_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &ns)| cpu_run(&format!("slow{i}"), ns))
+        .collect();
+    perfkit()
+        .args(["check", "--baseline"])
+        .args(&base)
+        .arg("--candidate")
+        .args(&slow)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_match(r"median step time: .* regression; Welch t-test over per-run medians \(3 vs 3 runs, run-to-run sd 1\.0 %\): p = 0\.00\d < alpha 0\.05, 95 % interval of the change").expect("regex"))
+        .stdout(predicate::str::contains("perfkit check: FAIL"));
+    // The same 12 % with one run per side is within the 50 % noise floor: a weak pass.
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&base[0])
+        .arg("--candidate")
+        .arg(&slow[0])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(
+            "within noise; weak verdict: 1 vs 1 runs",
+        ));
+    // A lower noise floor makes it count.
+    perfkit()
+        .args(["check", "--noise-floor", "10%", "--baseline"])
+        .arg(&base[0])
+        .arg("--candidate")
+        .arg(&slow[0])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("regression; weak verdict"));
+    // Runs of the baseline against each other pass.
+    perfkit()
+        .args(["check", "--baseline"])
+        .args(&base[..2])
+        .arg("--candidate")
+        .args(&base[1..])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("within noise; Welch t-test"));
+}
+
+/// `--repeat N --baseline-program P -- PROGRAM ARGS` records N runs of each side, interleaved,
+/// and compares them with the test over per-run medians.
+#[test]
+fn repeat_records_interleaved_runs_of_both_programs_and_compares_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("runs");
+    // The reference trainer is linked into perfkit (`perfkit demo --run-trainer`).
+    let perfkit_exe = assert_cmd::cargo::cargo_bin("perfkit");
+    let assert = perfkit()
+        .args(["check", "--repeat", "2", "--out"])
+        .arg(&out)
+        .arg("--baseline-program")
+        .arg(&perfkit_exe)
+        .arg("--")
+        .arg(&perfkit_exe)
+        .args(["demo", "--run-trainer", "--device", "cpu", "--steps", "4"])
+        .assert()
+        .stdout(predicate::str::contains(
+            "(median over steps; 8 baseline and 8 candidate steps): 4 compared, 0 grew: pass",
+        ))
+        .stdout(predicate::str::contains(
+            "Welch t-test over per-run medians (2 vs 2 runs, run-to-run sd",
+        ))
+        .stderr(predicate::str::contains("candidate run 2 of 2"));
+    // Pass or fail depends on this machine's timing; an error (2) never.
+    assert_ne!(assert.get_output().status.code(), Some(2));
+    for run in ["baseline-1", "candidate-1", "baseline-2", "candidate-2"] {
+        assert!(out.join(run).join("summary.json").is_file(), "{run}");
+    }
+    // A failing program is an error that names the run.
+    perfkit()
+        .args(["check", "--repeat", "1", "--out"])
+        .arg(dir.path().join("bad"))
+        .arg("--baseline-program")
+        .arg(&perfkit_exe)
+        .arg("--")
+        .arg(&perfkit_exe)
+        .args(["demo", "--run-trainer", "--steps", "not-a-number"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the baseline run 1"));
 }

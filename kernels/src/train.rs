@@ -99,6 +99,9 @@ pub struct TrainConfig {
     pub log_every: u64,
     /// Anti-pattern switches (default all off).
     pub anti: AntiPatterns,
+    /// Extra host time spent (busy-waiting) inside every step, outside any other span: a known
+    /// slowdown for benchmarking a regression gate (default zero).
+    pub step_delay: Duration,
 }
 
 impl Default for TrainConfig {
@@ -116,6 +119,7 @@ impl Default for TrainConfig {
             data: DataSource::Host,
             log_every: 10,
             anti: AntiPatterns::default(),
+            step_delay: Duration::ZERO,
         }
     }
 }
@@ -259,6 +263,17 @@ fn open_gpu(cfg: &TrainConfig) -> Result<(GpuMlp, String), GpuError> {
     Ok((model, format!("cuda:0 ({name})")))
 }
 
+/// Busy-waits `delay` (no sleep: a timer's slack would blur a delay of a few microseconds).
+fn spin_for(delay: Duration) {
+    if delay.is_zero() {
+        return;
+    }
+    let until = Instant::now() + delay;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
 fn log_due(cfg: &TrainConfig, step: u64) -> bool {
     step.is_multiple_of(cfg.log_every) || step + 1 == cfg.steps
 }
@@ -314,6 +329,7 @@ fn train_cpu(cfg: &TrainConfig, progress: &mut dyn FnMut(Progress)) -> TrainRepo
             Some(loader) => loader.recycle(batch),
             None => inline = batch,
         }
+        spin_for(cfg.step_delay);
         losses.push(loss);
         if log_due(cfg, step) {
             progress(Progress::Loss { step, loss });
@@ -406,6 +422,7 @@ fn train_gpu(
         if anti.sync_every_step {
             antipatterns::synchronize_every_step(&model.stream)?;
         }
+        spin_for(cfg.step_delay);
     }
     model.stream.synchronize().map_err(GpuError::from)?;
     let train_time = start.elapsed();

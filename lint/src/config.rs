@@ -152,10 +152,19 @@ impl Config {
                         ));
                     }
                 }
+                // The regression gate's settings of `perfkit check`: read by the reports.
+                "check" => {
+                    if !value.is_table() {
+                        return Err(err(
+                            "`check` must be a table (`[check]`, the regression gate's settings)"
+                                .into(),
+                        ));
+                    }
+                }
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}` (expected select, ignore, severity, step-markers, \
-                         min-batch-size, exclude or a [profile] table)"
+                         min-batch-size, exclude, or a [profile] or [check] table)"
                     )));
                 }
             }

@@ -144,11 +144,17 @@ pub struct StepDelta {
     pub delta_ns: i64,
     /// `new / base - 1`.
     pub change: f64,
-    /// The change that run-to-run jitter alone could explain: [`NOISE_SIGMAS`] standard errors
-    /// of the difference of the medians, from each run's per-step spread (MAD).
+    /// The change that run-to-run variation could explain: the noise floor of `perfkit check`
+    /// (one run per side: `noise-floor` of `[check]`, default 50 % of the base median), or
+    /// [`NOISE_SIGMAS`] standard errors of the difference of the medians from each run's
+    /// per-step spread where that is wider.
     pub noise_ns: u64,
-    /// `slower`, `faster` or `within noise`.
+    /// `slower`, `faster` or `within noise`, as `perfkit check` decides it (a change must
+    /// exceed the noise and the minimum effect).
     pub verdict: String,
+    /// Why, in one sentence (the test, the noise, the thresholds).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub evidence: String,
 }
 
 /// The change of one measured quantity.
@@ -321,6 +327,16 @@ fn figure(values: &[(u64, u64)], per_step: bool) -> (f64, Option<Spread>) {
 
 /// Compares two runs.
 pub fn diff(base: &Run, new: &Run) -> DiffReport {
+    diff_with(
+        base,
+        new,
+        crate::gate::TimingOptions::from(&crate::gate::CheckConfig::default()),
+    )
+}
+
+/// [`diff`] with the timing model's settings (`[check]` of `perfkit.toml`), so that
+/// "slower", "faster" and "within noise" mean what they mean to `perfkit check`.
+pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> DiffReport {
     let base_steps = steps_of(&base.processes);
     let new_steps = steps_of(&new.processes);
     let per_step = base_steps.iter().any(|&s| s > 0) && new_steps.iter().any(|&s| s > 0);
@@ -342,15 +358,18 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
             let se = (db.median_standard_error_ns().powi(2)
                 + dn.median_standard_error_ns().powi(2))
             .sqrt();
-            let noise = (NOISE_SIGMAS * se).round() as u64;
+            // The same model as `perfkit check`: one run per side is judged against the
+            // noise floor (or the runs' own per-step spread where that is wider).
+            let cmp = crate::gate::compare_timing(
+                &[db.median_ns as f64],
+                &[dn.median_ns as f64],
+                db.median_ns as f64,
+                se,
+                timing,
+            );
+            let noise = (cmp.noise * db.median_ns as f64).round() as u64;
             let delta = dn.median_ns as i64 - db.median_ns as i64;
-            let verdict = if delta.unsigned_abs() <= noise {
-                "within noise"
-            } else if delta > 0 {
-                "slower"
-            } else {
-                "faster"
-            };
+            let verdict = cmp.verdict.as_str();
             Some(StepDelta {
                 base_count: db.count,
                 new_count: dn.count,
@@ -364,6 +383,7 @@ pub fn diff(base: &Run, new: &Run) -> DiffReport {
                 },
                 noise_ns: noise,
                 verdict: verdict.to_owned(),
+                evidence: cmp.reason,
             })
         }
         _ => None,
@@ -543,6 +563,9 @@ impl DiffReport {
             self.new,
             self.headline()
         );
+        if let Some(steps) = self.steps.as_ref().filter(|s| !s.evidence.is_empty()) {
+            let _ = writeln!(out, "  {}", steps.evidence);
+        }
         for line in self.incomplete_lines() {
             let _ = writeln!(out, "{line}");
         }

@@ -5,13 +5,13 @@
 //! names, kernel names and source lines, plus 16 bytes per GPU operation and per step
 //! (the GPU intervals are kept to compute exact busy/idle unions at the end).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::event::{Event, GpuOp, OpKind, PyFrames};
 use crate::model::{
-    CopyGroup, CopySite, CopyStats, Direction, GpuTime, KernelStats, MemoryStats, OpTotals,
-    ProcessAnalysis, ProcessMeta, SpanStats, StackTime, StepBreakdown, StepPoint, StepSummary,
-    SyncSite, SyncStats, ThreadInfo,
+    CopyGroup, CopySite, CopyStats, CounterSite, Direction, GpuTime, KernelStats, MemoryStats,
+    OpTotals, ProcessAnalysis, ProcessMeta, STEP_COUNTERS, SpanStats, StackTime, StepBreakdown,
+    StepCounter, StepPoint, StepSummary, SyncSite, SyncStats, ThreadInfo,
 };
 use crate::source::ReadOutcome;
 use crate::stats::{Distribution, IntervalUnion};
@@ -95,6 +95,165 @@ struct KernelAcc {
     launch: u64,
 }
 
+/// Index into [`STEP_COUNTERS`].
+mod counter {
+    pub const D2H_COPIES: u8 = 0;
+    pub const SYNCS: u8 = 1;
+    pub const H2D_COPIES: u8 = 2;
+    pub const H2D_BYTES: u8 = 3;
+    pub const H2D_COPIES_PAGEABLE: u8 = 4;
+    pub const H2D_BYTES_PAGEABLE: u8 = 5;
+    pub const DEVICE_ALLOCS: u8 = 6;
+    pub const KERNEL_LAUNCHES: u8 = 7;
+    pub const SPAN_ENTRIES: u8 = 8;
+}
+
+/// A per-step counter: which counter, the span name id for span entries (else `NO_PARENT`).
+type CounterKey = (u8, u32);
+
+/// Counts of the step open on one thread.
+#[derive(Debug, Default)]
+struct OpenStep {
+    /// The step span's id.
+    span: u64,
+    /// Per counter and caller location id: the count so far in this step.
+    counts: HashMap<(CounterKey, u32), u64>,
+}
+
+/// Per-step counts of the completed steps.
+#[derive(Debug, Default)]
+struct StepCounting {
+    /// Steps folded in.
+    steps: u64,
+    /// Per thread, the step open on it.
+    open: HashMap<u64, OpenStep>,
+    /// Caller locations (`file:line`) by id.
+    locations: Vec<String>,
+    location_ids: HashMap<String, u32>,
+    /// Per counter: how many steps had each non-zero count.
+    histograms: HashMap<CounterKey, BTreeMap<u64, u64>>,
+    /// Per counter and location: total, steps in which it happened.
+    sites: HashMap<(CounterKey, u32), (u64, u64)>,
+}
+
+impl StepCounting {
+    fn location(&mut self, file: Option<&str>, line: u32) -> u32 {
+        let text = match file {
+            Some(f) if !f.is_empty() => format!("{f}:{line}"),
+            _ => "unknown".to_owned(),
+        };
+        if let Some(&id) = self.location_ids.get(&text) {
+            return id;
+        }
+        let id = self.locations.len() as u32;
+        self.locations.push(text.clone());
+        self.location_ids.insert(text, id);
+        id
+    }
+
+    /// Counts `n` of `key` at a caller location, when a step is open on `thread`.
+    fn count(&mut self, thread: u64, key: CounterKey, file: Option<&str>, line: u32, n: u64) {
+        if !self.open.contains_key(&thread) {
+            return;
+        }
+        let loc = self.location(file, line);
+        if let Some(open) = self.open.get_mut(&thread) {
+            *open.counts.entry((key, loc)).or_insert(0) += n;
+        }
+    }
+
+    /// Folds the step open on `thread` into the totals, when `span` is that step.
+    fn close(&mut self, thread: u64, span: u64, completed: bool) {
+        if self.open.get(&thread).is_none_or(|o| o.span != span) {
+            return;
+        }
+        let Some(open) = self.open.remove(&thread) else {
+            return;
+        };
+        // A step cut short by the end of the trace is not a step.
+        if !completed {
+            return;
+        }
+        self.steps += 1;
+        let mut per_key: HashMap<CounterKey, u64> = HashMap::new();
+        for ((key, loc), n) in open.counts {
+            *per_key.entry(key).or_insert(0) += n;
+            let site = self.sites.entry((key, loc)).or_insert((0, 0));
+            site.0 += n;
+            site.1 += 1;
+        }
+        for (key, n) in per_key {
+            *self
+                .histograms
+                .entry(key)
+                .or_default()
+                .entry(n)
+                .or_insert(0) += 1;
+        }
+    }
+
+    fn finish(self, names: &[String]) -> Vec<StepCounter> {
+        let mut out: Vec<StepCounter> = self
+            .histograms
+            .iter()
+            .map(|(&(kind, name), hist)| {
+                let mut sites: Vec<CounterSite> = self
+                    .sites
+                    .iter()
+                    .filter(|((key, _), _)| *key == (kind, name))
+                    .map(|((_, loc), &(total, steps))| CounterSite {
+                        location: self.locations[*loc as usize].clone(),
+                        total,
+                        steps,
+                    })
+                    .collect();
+                sites.sort_by(|a, b| b.total.cmp(&a.total).then(a.location.cmp(&b.location)));
+                StepCounter {
+                    counter: STEP_COUNTERS[kind as usize].0.to_owned(),
+                    span: (name != NO_PARENT).then(|| names[name as usize].clone()),
+                    per_step: histogram_median(hist, self.steps),
+                    max_per_step: hist.keys().next_back().copied().unwrap_or(0),
+                    total: hist.iter().map(|(v, n)| v * n).sum(),
+                    sites,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            let index = |c: &StepCounter| STEP_COUNTERS.iter().position(|k| k.0 == c.counter);
+            index(a).cmp(&index(b)).then_with(|| a.span.cmp(&b.span))
+        });
+        out
+    }
+}
+
+/// Median of `steps` values of which those listed in `hist` (value -> steps) are non-zero and
+/// the others 0; for an even count the mean of the two middle values.
+fn histogram_median(hist: &BTreeMap<u64, u64>, steps: u64) -> f64 {
+    if steps == 0 {
+        return 0.0;
+    }
+    let zeros = steps.saturating_sub(hist.values().sum());
+    // The value at ascending rank `r` (0-based).
+    let at = |r: u64| -> u64 {
+        if r < zeros {
+            return 0;
+        }
+        let mut seen = zeros;
+        for (&v, &n) in hist {
+            seen += n;
+            if r < seen {
+                return v;
+            }
+        }
+        hist.keys().next_back().copied().unwrap_or(0)
+    };
+    if steps % 2 == 1 {
+        at(steps / 2) as f64
+    } else {
+        (at(steps / 2 - 1) + at(steps / 2)) as f64 / 2.0
+    }
+}
+
 /// One process's accumulator.
 #[derive(Debug)]
 pub struct ProcessIngest {
@@ -140,6 +299,7 @@ pub struct ProcessIngest {
     first_ts: Option<u64>,
     last_ts: u64,
     dropped: u64,
+    counting: StepCounting,
 }
 
 impl ProcessIngest {
@@ -184,6 +344,7 @@ impl ProcessIngest {
             first_ts: None,
             last_ts: 0,
             dropped: 0,
+            counting: StepCounting::default(),
         }
     }
 
@@ -231,11 +392,25 @@ impl ProcessIngest {
                 span,
                 name,
                 step,
+                file,
+                line,
                 ts_ns,
-                ..
             } => {
                 self.see_ts(ts_ns);
                 let name = self.intern(name);
+                if self.names[name as usize] == self.step_name {
+                    // The outermost step span of the thread opens a step.
+                    self.counting
+                        .open
+                        .entry(thread)
+                        .or_insert_with(|| OpenStep {
+                            span,
+                            counts: HashMap::new(),
+                        });
+                } else {
+                    self.counting
+                        .count(thread, (counter::SPAN_ENTRIES, name), file, line, 1);
+                }
                 let parent = self
                     .stacks
                     .get(&thread)
@@ -335,10 +510,40 @@ impl ProcessIngest {
         if outermost {
             acc.total += dur;
         }
+        self.counting
+            .close(thread, frame.span, !self.closing_at_end);
         if self.names[frame.name as usize] == self.step_name && !self.closing_at_end {
             let index = frame.step.unwrap_or(self.step_ordinal);
             self.step_ordinal += 1;
             self.steps.push((index, frame.start, ts.max(frame.start)));
+        }
+    }
+
+    /// Counts an operation toward the step open on its thread.
+    fn count_in_step(&mut self, op: &GpuOp<'_>) {
+        use counter::*;
+        let mut counts: [(u8, u64); 4] = [(u8::MAX, 0); 4];
+        match op.kind {
+            OpKind::Copy(Direction::D2H) => counts[0] = (D2H_COPIES, 1),
+            OpKind::Copy(Direction::H2D) => {
+                counts[0] = (H2D_COPIES, 1);
+                counts[1] = (H2D_BYTES, op.bytes);
+                // Host memory not known to be pinned counts as pageable.
+                if op.pinned != Some(true) {
+                    counts[2] = (H2D_COPIES_PAGEABLE, 1);
+                    counts[3] = (H2D_BYTES_PAGEABLE, op.bytes);
+                }
+            }
+            OpKind::Sync => counts[0] = (SYNCS, 1),
+            OpKind::Alloc => counts[0] = (DEVICE_ALLOCS, 1),
+            OpKind::Kernel => counts[0] = (KERNEL_LAUNCHES, 1),
+            OpKind::Copy(Direction::D2D) | OpKind::Memset | OpKind::Free => return,
+        }
+        for (kind, n) in counts {
+            if kind != u8::MAX {
+                self.counting
+                    .count(op.thread, (kind, NO_PARENT), op.file, op.line, n);
+            }
         }
     }
 
@@ -389,6 +594,7 @@ impl ProcessIngest {
             self.streams.insert(stream);
         }
         let host_ns = op.host_end_ns.saturating_sub(op.host_start_ns);
+        self.count_in_step(op);
         // The issuing host stack: the enclosing span the recorder named, else the thread's top.
         let node = op
             .span
@@ -804,6 +1010,7 @@ impl ProcessIngest {
         }
         stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
 
+        let step_counters = std::mem::take(&mut self.counting).finish(&self.names);
         let mut memory = std::mem::take(&mut self.memory);
         memory.device_total_bytes = self.device_total;
         if self.sampled_peak > memory.peak_bytes {
@@ -854,6 +1061,7 @@ impl ProcessIngest {
             },
             memory,
             stacks,
+            step_counters,
             timeline_windows,
         }
     }
@@ -892,4 +1100,21 @@ pub(crate) fn round2(v: f64) -> f64 {
 /// Rounds to three decimals (stable JSON output).
 pub(crate) fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_median_counts_the_steps_left_out_as_zero() {
+        // 5 steps: counts 0, 0, 1, 1, 3 -> median 1.
+        let hist = BTreeMap::from([(1, 2), (3, 1)]);
+        assert_eq!(histogram_median(&hist, 5), 1.0);
+        // 6 steps: 0, 0, 0, 1, 1, 3 -> (0 + 1) / 2.
+        assert_eq!(histogram_median(&hist, 6), 0.5);
+        // A first step that does something once: median 0.
+        assert_eq!(histogram_median(&BTreeMap::from([(4, 1)]), 10), 0.0);
+        assert_eq!(histogram_median(&BTreeMap::new(), 0), 0.0);
+    }
 }

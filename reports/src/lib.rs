@@ -27,6 +27,7 @@ pub mod event;
 pub mod findings;
 pub mod flame;
 pub mod format;
+pub mod gate;
 pub mod html;
 pub mod ingest;
 pub mod model;

@@ -167,10 +167,65 @@ pub struct ProcessAnalysis {
     pub memory: MemoryStats,
     /// Folded stacks: host self time and GPU time per span stack.
     pub stacks: Vec<StackTime>,
+    /// Operations counted per step (median over the completed steps): what `perfkit check`
+    /// compares first, since these counts do not depend on the machine's speed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_counters: Vec<StepCounter>,
     /// Steps chosen for the event-level timeline (an early, the median and the slowest step),
     /// picked from the exact per-step list; not serialised.
     #[serde(skip)]
     pub timeline_windows: Vec<TimelineWindow>,
+}
+
+/// What a per-step counter counts.
+///
+/// Operations count toward a step when the thread that issued them (or entered the span) is
+/// inside a step span at the time; work of other threads (data workers) is not counted.
+pub const STEP_COUNTERS: [(&str, &str); 9] = [
+    ("d2h-copies", "device-to-host copies"),
+    ("syncs", "explicit synchronizations"),
+    ("h2d-copies", "host-to-device copies"),
+    ("h2d-bytes", "host-to-device bytes"),
+    (
+        "h2d-copies-pageable",
+        "host-to-device copies from pageable memory",
+    ),
+    (
+        "h2d-bytes-pageable",
+        "host-to-device bytes from pageable memory",
+    ),
+    ("device-allocs", "device allocations"),
+    ("kernel-launches", "kernel launches"),
+    ("span-entries", "entries of span"),
+];
+
+/// One operation counted per step in one process.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepCounter {
+    /// What is counted: one of the ids of [`STEP_COUNTERS`] (`d2h-copies`, `span-entries`, ...).
+    pub counter: String,
+    /// For `span-entries`: the span's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<String>,
+    /// Median over the completed steps (a step without it counts 0).
+    pub per_step: f64,
+    /// The most in one step.
+    pub max_per_step: u64,
+    /// Sum over the completed steps.
+    pub total: u64,
+    /// Where it happened: the caller's source line (`file:line`, or `unknown`), most first.
+    pub sites: Vec<CounterSite>,
+}
+
+/// The share of a [`StepCounter`] that comes from one source line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CounterSite {
+    /// `file:line` of the caller, or `unknown`.
+    pub location: String,
+    /// Sum over the completed steps.
+    pub total: u64,
+    /// Steps in which it happened at least once.
+    pub steps: u64,
 }
 
 /// A host thread.

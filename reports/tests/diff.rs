@@ -30,10 +30,13 @@ fn anti_patterns_against_tuned_show_where_time_went() {
     let d = diff(&base, &new);
     let steps = d.steps.as_ref().expect("both runs have steps");
     assert_eq!(steps.verdict, "slower");
+    // One run per side: the noise is the check's noise floor (50 % of the base median), and
+    // the verdict says it is weak.
     assert!(
-        steps.delta_ns > 0 && steps.delta_ns as u64 > 10 * steps.noise_ns,
+        steps.delta_ns > 0 && steps.delta_ns as u64 > 3 * steps.noise_ns,
         "{steps:?}"
     );
+    assert!(steps.evidence.starts_with("weak verdict"), "{steps:?}");
     // The largest span change is data loading (pageable, blocking uploads), then the optimizer
     // (loss readback + synchronize every step).
     assert_eq!(d.spans[0].name, "data");

@@ -1,21 +1,21 @@
-//! `perfkit check`: a CI gate over lint findings and over regressions between two runs.
+//! `perfkit check`: a CI gate over lint findings and over regressions between runs.
 //!
 //! ```text
 //! perfkit check --lint src/                                       # fail on findings at warning or above
-//! perfkit check --baseline base/ --candidate new/ --max-regression 5%
+//! perfkit check --baseline base/ --candidate new/
+//! perfkit check --baseline b1/ b2/ b3/ --candidate n1/ n2/ n3/ --max-regression 5%
+//! perfkit check --repeat 3 --baseline-program old/train -- new/train --steps 100
 //! perfkit check --lint src/ --baseline base/summary.json --candidate new/ --format github --sarif lint.sarif
 //! ```
 //!
-//! A run regresses when a measured quantity grows by more than the allowed amount plus the
-//! change that run-to-run noise alone explains (twice the standard error of the difference of
-//! the medians, from each run's per-step spread):
+//! Runs are compared in two steps (the models live in `perfkit_reports::gate`):
 //!
-//! - median step time: allowed = `max-regression` x the baseline median;
-//! - GPU idle share of step time: allowed = `max-regression` as percentage points (5% allows
-//!   going from 10% idle to 15% idle);
-//! - copy time per step (GPU time spent copying while no kernel ran): allowed =
-//!   `max-regression` x the baseline median step time (copies may take at most 5% more of a
-//!   step), so a run that had no exposed copies can still be compared.
+//! 1. per-step counters (copies, synchronizations, uploads, allocations, launches, span
+//!    entries; median over steps): any growth beyond the `[check.counters]` allowance fails,
+//!    naming the rule and the source lines of the new operations;
+//! 2. timing (median step time, GPU idle share, copy time per step), each run reduced to its
+//!    median: with two or more runs per side Welch's t-test plus the minimum effect
+//!    (`--max-regression`); with one run per side the noise floor, and the verdict is weak.
 //!
 //! Improvements and changes within noise pass. An incomplete run (a trace cut short or
 //! unreadable, the program ended by a signal) fails unless `--allow-incomplete`. Exit codes:
@@ -29,7 +29,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use perfkit_lint::output::{self, Format, RenderOptions};
 use perfkit_lint::{Diagnostic, LintOptions, LintReport, RuleMeta, Severity as LintSeverity};
-use perfkit_reports::diff::{NOISE_SIGMAS, Run, RunInput};
+use perfkit_reports::diff::{Run, RunInput};
+use perfkit_reports::gate::{
+    CheckConfig, TimingComparison, TimingOptions, Verdict, compare_counters, compare_timing,
+};
 use perfkit_reports::model::ProcessAnalysis;
 use perfkit_reports::stats::Distribution;
 use perfkit_reports::summary::pace_process;
@@ -46,25 +49,58 @@ pub struct CheckArgs {
     /// Lint these files or directories and fail on findings at or above `--fail-on`.
     #[arg(long, value_name = "PATH", num_args = 1..)]
     lint: Vec<PathBuf>,
-    /// Lint configuration file (default: perfkit.toml or Cargo.toml metadata found upward).
+    /// Configuration file: its lint settings and its `[check]` table (default: perfkit.toml or
+    /// Cargo.toml metadata found upward from the current directory).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Lowest lint severity that fails the check.
     #[arg(long, value_enum, default_value_t = FailOn::Warning)]
     fail_on: FailOn,
-    /// The reference run.
-    #[arg(long, value_name = "BASE", requires = "candidate")]
-    baseline: Option<PathBuf>,
-    /// The run to check against the baseline.
-    #[arg(long, value_name = "NEW", requires = "baseline")]
-    candidate: Option<PathBuf>,
+    /// The reference run(s): give several (`--baseline a/ b/ c/`) to measure run-to-run noise.
+    #[arg(long, value_name = "BASE", num_args = 1.., requires = "candidate")]
+    baseline: Vec<PathBuf>,
+    /// The run(s) to check against the baseline.
+    #[arg(long, value_name = "NEW", num_args = 1.., requires = "baseline")]
+    candidate: Vec<PathBuf>,
     /// Compare runs even when one is incomplete (a trace cut short or unreadable, the program
     /// ended by a signal); without it an incomplete run fails the check.
     #[arg(long, requires = "baseline")]
     allow_incomplete: bool,
-    /// Largest allowed regression, in percent (`5%` or `5`).
-    #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
-    max_regression: f64,
+    /// Minimum effect: a timing change below this share of the baseline step never fails
+    /// (`5%` or `5`; default `min-effect` of `[check]`, else 5%).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    max_regression: Option<f64>,
+    /// With one run per side, a timing change counts only beyond this share of the baseline
+    /// step (default `noise-floor` of `[check]`, else 50%).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    noise_floor: Option<f64>,
+    /// Record the runs to compare instead of reading them: run the baseline program and
+    /// PROGRAM (the candidate) N times each, interleaved (baseline, candidate, baseline, ...),
+    /// each under `perfkit profile`, then compare the N runs of each side.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "baseline_program",
+        conflicts_with_all = ["baseline", "candidate"],
+        value_parser = clap::value_parser!(u32).range(1..=100)
+    )]
+    repeat: Option<u32>,
+    /// With `--repeat`: the baseline's program, run with the same ARGS as PROGRAM.
+    #[arg(long, value_name = "PATH", requires = "repeat")]
+    baseline_program: Option<PathBuf>,
+    /// With `--repeat`: where the runs are written (`DIR/baseline-1`, `DIR/candidate-1`, ...;
+    /// default `perfkit-out/check`).
+    #[arg(long, value_name = "DIR", requires = "repeat")]
+    out: Option<PathBuf>,
+    /// With `--repeat`: the candidate program and the arguments both programs get.
+    #[arg(
+        value_name = "PROGRAM",
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        requires = "repeat"
+    )]
+    command: Vec<std::ffi::OsString>,
     /// Output on stdout: `text`, or `github` (workflow-command annotations).
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     format: CheckFormat,
@@ -218,39 +254,28 @@ fn lint_to_finding(d: &Diagnostic, path: &Path) -> Finding {
     }
 }
 
-/// One compared quantity.
+/// One timed quantity compared between the runs of both sides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gate {
     /// What is compared.
     pub what: &'static str,
     /// Unit: `ns` or `share` (fraction of step time).
     pub unit: &'static str,
-    /// Baseline value (median over steps).
-    pub base: f64,
-    /// Candidate value.
-    pub new: f64,
-    /// Increase allowed on top of noise.
-    pub allowed: f64,
-    /// Change run-to-run noise explains.
-    pub noise: f64,
+    /// The comparison and its evidence.
+    pub cmp: TimingComparison,
 }
 
 impl Gate {
-    /// The candidate is worse by more than allowed plus noise.
+    /// The candidate is slower beyond the noise and by at least the minimum effect.
     pub fn failed(&self) -> bool {
-        self.new - self.base > self.allowed + self.noise
+        self.cmp.verdict == Verdict::Slower
     }
 
     fn verdict(&self) -> &'static str {
-        let d = self.new - self.base;
-        if self.failed() {
-            "regression"
-        } else if d.abs() <= self.noise {
-            "within noise"
-        } else if d < 0.0 {
-            "improved"
-        } else {
-            "within allowance"
+        match self.cmp.verdict {
+            Verdict::Slower => "regression",
+            Verdict::Faster => "improved",
+            Verdict::WithinNoise => "within noise",
         }
     }
 
@@ -261,36 +286,32 @@ impl Gate {
         }
     }
 
-    fn show_delta(&self, v: f64) -> String {
+    fn show_delta(&self) -> String {
+        let v = self.cmp.new - self.cmp.base;
         match self.unit {
             "share" => format!("{:+.1} pt", v * 100.0),
             _ => perfkit_reports::format::signed_duration(v.round() as i128),
         }
     }
 
-    fn show_noise(&self) -> String {
+    /// The change as a share of the baseline step (`+4.1 %`, or percentage points).
+    fn show_change(&self) -> String {
         match self.unit {
-            "share" => format!("{:.1} pt", self.noise * 100.0),
-            _ => self.show(self.noise),
+            "share" => format!("{:+.1} pt", self.cmp.change * 100.0),
+            _ => format!("{:+.1}% of the baseline step", self.cmp.change * 100.0),
         }
     }
 
     fn line(&self) -> String {
-        let d = self.new - self.base;
-        let rel = if self.base > 0.0 && self.unit != "share" {
-            format!(" ({:+.1}%)", d / self.base * 100.0)
-        } else {
-            String::new()
-        };
         format!(
-            "{}: {} -> {} {}{rel}, noise ±{}, allowed {}: {}",
+            "{}: {} -> {} {} ({}): {}; {}",
             self.what,
-            self.show(self.base),
-            self.show(self.new),
-            self.show_delta(d),
-            self.show_noise(),
-            self.show_delta(self.allowed),
-            self.verdict()
+            self.show(self.cmp.base),
+            self.show(self.cmp.new),
+            self.show_delta(),
+            self.show_change(),
+            self.verdict(),
+            self.cmp.reason
         )
     }
 }
@@ -312,87 +333,116 @@ fn steps_of(run: &Run) -> Option<&ProcessAnalysis> {
     pace_process(&run.processes).filter(|p| p.steps.duration.count > 0)
 }
 
-/// What two runs could not be compared on, and why: a CPU run has no GPU idle share and no
+/// What the runs could not be compared on, and why: a CPU run has no GPU idle share and no
 /// copies, and a gate that silently vanished would read as a pass.
-pub fn not_compared(base: &Run, new: &Run) -> Vec<String> {
-    let (Some(b), Some(n)) = (steps_of(base), steps_of(new)) else {
+pub fn not_compared(base: &[Run], new: &[Run]) -> Vec<String> {
+    let all: Vec<&ProcessAnalysis> = base.iter().chain(new).filter_map(steps_of).collect();
+    if all.is_empty() {
         return Vec::new();
-    };
+    }
     let mut out = Vec::new();
-    if b.gpu.busy_ns == 0 && n.gpu.busy_ns == 0 {
+    if all.iter().all(|p| p.gpu.busy_ns == 0) {
         out.push(
             "GPU idle share of step time: not compared, neither run recorded GPU work".to_owned(),
         );
     }
-    if b.copies.total.count == 0 && n.copies.total.count == 0 {
+    if all.iter().all(|p| p.copies.total.count == 0) {
         out.push("copy time per step: not compared, neither run recorded a copy".to_owned());
     }
     out
 }
 
-/// Compares two runs: median step time, GPU idle share, copy time per step.
-pub fn compare(base: &Run, new: &Run, max_regression: f64) -> anyhow::Result<Vec<Gate>> {
-    let (Some(b), Some(n)) = (steps_of(base), steps_of(new)) else {
-        bail!(
-            "both runs need step spans to compare (baseline `{}`, candidate `{}`): wrap each training step in a `step` span (or the name set with the recorder's `step_span_name`)",
-            base.source,
-            new.source
-        );
+/// The share of each step the GPU was idle (or waited in a synchronization).
+fn idle_shares(p: &ProcessAnalysis) -> Vec<f64> {
+    p.steps
+        .series
+        .iter()
+        .filter(|s| s.breakdown.wall_ns > 0)
+        .map(|s| {
+            (s.breakdown.idle_ns + s.breakdown.sync_wait_ns) as f64 / s.breakdown.wall_ns as f64
+        })
+        .collect()
+}
+
+/// The GPU time per step spent copying while no kernel ran.
+fn copy_times(p: &ProcessAnalysis) -> Vec<f64> {
+    p.steps
+        .series
+        .iter()
+        .map(|s| s.breakdown.copy_ns as f64)
+        .collect()
+}
+
+/// Compares the runs of both sides: median step time, GPU idle share, copy time per step,
+/// each summarised per run by its median and judged by [`compare_timing`].
+pub fn compare(base: &[Run], new: &[Run], opts: TimingOptions) -> anyhow::Result<Vec<Gate>> {
+    let mut b = Vec::new();
+    let mut n = Vec::new();
+    for (runs, out) in [(base, &mut b), (new, &mut n)] {
+        for run in runs {
+            let Some(p) = steps_of(run) else {
+                bail!(
+                    "both sides need step spans to compare (`{}` has none): wrap each training step in a `step` span (or the name set with the recorder's `step_span_name`)",
+                    run.source
+                );
+            };
+            out.push(p);
+        }
+    }
+    // The standard error of the difference of two single runs' values, from their own
+    // per-step spread (it only matters where it exceeds the noise floor: very short runs).
+    let within = |f: &dyn Fn(&ProcessAnalysis) -> (f64, f64)| -> f64 {
+        let (_, seb) = f(b[0]);
+        let (_, sen) = f(n[0]);
+        (seb * seb + sen * sen).sqrt()
     };
-    let mut gates = Vec::new();
-    let (db, dn) = (&b.steps.duration, &n.steps.duration);
-    let noise = NOISE_SIGMAS
-        * (db.median_standard_error_ns().powi(2) + dn.median_standard_error_ns().powi(2)).sqrt();
-    gates.push(Gate {
+    let values = |side: &[&ProcessAnalysis], f: &dyn Fn(&ProcessAnalysis) -> (f64, f64)| {
+        side.iter().map(|p| f(p).0).collect::<Vec<f64>>()
+    };
+    let step = |p: &ProcessAnalysis| {
+        let d = &p.steps.duration;
+        (d.median_ns as f64, d.median_standard_error_ns())
+    };
+    let base_steps = values(&b, &step);
+    let scale = base_steps.iter().sum::<f64>() / base_steps.len() as f64;
+    let mut gates = vec![Gate {
         what: "median step time",
         unit: "ns",
-        base: db.median_ns as f64,
-        new: dn.median_ns as f64,
-        allowed: max_regression * db.median_ns as f64,
-        noise,
-    });
-
-    let idle = |p: &ProcessAnalysis| -> Vec<f64> {
-        p.steps
-            .series
-            .iter()
-            .filter(|s| s.breakdown.wall_ns > 0)
-            .map(|s| {
-                (s.breakdown.idle_ns + s.breakdown.sync_wait_ns) as f64 / s.breakdown.wall_ns as f64
-            })
-            .collect()
-    };
-    let has_gpu = |p: &ProcessAnalysis| p.gpu.busy_ns > 0;
-    if has_gpu(b) || has_gpu(n) {
-        let (ib, seb) = median_and_se(&idle(b), 1e6);
-        let (inew, sen) = median_and_se(&idle(n), 1e6);
+        cmp: compare_timing(&base_steps, &values(&n, &step), scale, within(&step), opts),
+    }];
+    let has_gpu = |p: &&ProcessAnalysis| p.gpu.busy_ns > 0;
+    if b.iter().any(has_gpu) || n.iter().any(has_gpu) {
+        let idle = |p: &ProcessAnalysis| {
+            if p.gpu.busy_ns == 0 {
+                return (0.0, 0.0);
+            }
+            median_and_se(&idle_shares(p), 1e6)
+        };
         gates.push(Gate {
             what: "GPU idle share of step time",
             unit: "share",
-            base: if has_gpu(b) { ib } else { 0.0 },
-            new: if has_gpu(n) { inew } else { 0.0 },
-            allowed: max_regression,
-            noise: NOISE_SIGMAS * (seb * seb + sen * sen).sqrt(),
+            cmp: compare_timing(
+                &values(&b, &idle),
+                &values(&n, &idle),
+                1.0,
+                within(&idle),
+                opts,
+            ),
         });
     }
-
-    let copy = |p: &ProcessAnalysis| -> Vec<f64> {
-        p.steps
-            .series
-            .iter()
-            .map(|s| s.breakdown.copy_ns as f64)
-            .collect()
-    };
-    if b.copies.total.count > 0 || n.copies.total.count > 0 {
-        let (cb, seb) = median_and_se(&copy(b), 1.0);
-        let (cn, sen) = median_and_se(&copy(n), 1.0);
+    let copies = |p: &&ProcessAnalysis| p.copies.total.count > 0;
+    if b.iter().any(copies) || n.iter().any(copies) {
+        let copy = |p: &ProcessAnalysis| median_and_se(&copy_times(p), 1.0);
         gates.push(Gate {
             what: "copy time per step",
             unit: "ns",
-            base: cb,
-            new: cn,
-            allowed: max_regression * db.median_ns as f64,
-            noise: NOISE_SIGMAS * (seb * seb + sen * sen).sqrt(),
+            cmp: compare_timing(
+                &values(&b, &copy),
+                &values(&n, &copy),
+                scale,
+                within(&copy),
+                opts,
+            ),
         });
     }
     Ok(gates)
@@ -406,9 +456,15 @@ fn lint_paths(args: &CheckArgs) -> anyhow::Result<LintReport> {
 
 /// Runs `perfkit check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    if args.lint.is_empty() && args.baseline.is_none() {
-        bail!("nothing to check: give `--lint PATH` and/or `--baseline BASE --candidate NEW`");
+    if args.lint.is_empty() && args.baseline.is_empty() && args.repeat.is_none() {
+        bail!(
+            "nothing to check: give `--lint PATH` and/or `--baseline BASE... --candidate NEW...` (or `--repeat N --baseline-program PATH -- PROGRAM [ARGS]`)"
+        );
     }
+    let (baseline, candidate) = match args.repeat {
+        Some(n) => record_runs(&args, n)?,
+        None => (args.baseline.clone(), args.candidate.clone()),
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut failed = false;
@@ -474,40 +530,120 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
 
     // Profile gate.
-    if let (Some(base_path), Some(new_path)) = (&args.baseline, &args.candidate) {
+    if !baseline.is_empty() {
+        let (mut config, _) = match &args.config {
+            Some(file) => (CheckConfig::from_file(file)?, Some(file.clone())),
+            None => CheckConfig::discover(Path::new("."))?,
+        };
+        if let Some(v) = args.max_regression {
+            config.min_effect = v;
+        }
+        if let Some(v) = args.noise_floor {
+            config.noise_floor = v;
+        }
         let options = AnalyzeOptions::default();
-        let base = load(base_path, &options)?;
-        let new = load(new_path, &options)?;
-        for (which, run) in [("baseline", &base), ("candidate", &new)] {
-            if run.incomplete.is_empty() {
-                continue;
+        let base: Vec<Run> = baseline
+            .iter()
+            .map(|p| load(p, &options))
+            .collect::<anyhow::Result<_>>()?;
+        let new: Vec<Run> = candidate
+            .iter()
+            .map(|p| load(p, &options))
+            .collect::<anyhow::Result<_>>()?;
+        let sides = [("baseline", &base), ("candidate", &new)];
+        for (which, runs) in sides {
+            for run in runs.iter() {
+                if run.incomplete.is_empty() {
+                    continue;
+                }
+                let verdict = if args.allow_incomplete {
+                    "allowed by --allow-incomplete"
+                } else {
+                    failed = true;
+                    "FAIL (pass --allow-incomplete to compare it anyway)"
+                };
+                let name = if runs.len() > 1 {
+                    format!("{which} run {}", run.source)
+                } else {
+                    format!("{which} run")
+                };
+                let line = format!(
+                    "{name} incomplete: {}: {verdict}",
+                    run.incomplete.join("; ")
+                );
+                writeln!(out, "{line}")?;
+                if !args.allow_incomplete && args.format == CheckFormat::Github {
+                    writeln!(
+                        out,
+                        "::error title=perfkit check::{}",
+                        output::github::escape_data(&line)
+                    )?;
+                }
+                let _ = writeln!(md, "**{name} incomplete**: {}\n", run.incomplete.join("; "));
             }
-            let verdict = if args.allow_incomplete {
-                "allowed by --allow-incomplete"
-            } else {
-                failed = true;
-                "FAIL (pass --allow-incomplete to compare it anyway)"
-            };
-            let line = format!(
-                "{which} run incomplete: {}: {verdict}",
-                run.incomplete.join("; ")
-            );
-            writeln!(out, "{line}")?;
-            if !args.allow_incomplete && args.format == CheckFormat::Github {
+        }
+
+        // Counters first: they do not depend on the machine.
+        let pb: Vec<&[ProcessAnalysis]> = base.iter().map(|r| r.processes.as_slice()).collect();
+        let pn: Vec<&[ProcessAnalysis]> = new.iter().map(|r| r.processes.as_slice()).collect();
+        let (counters, notes) = compare_counters(&pb, &pn, &config);
+        let steps = |runs: &[Run]| -> u64 {
+            runs.iter()
+                .filter_map(steps_of)
+                .map(|p| p.steps.duration.count)
+                .sum()
+        };
+        let grew = counters.iter().filter(|c| c.failed()).count();
+        writeln!(
+            out,
+            "per-step counters (median over steps; {} baseline and {} candidate steps): {} compared, {grew} grew: {}",
+            steps(&base),
+            steps(&new),
+            counters.iter().filter(|c| c.gated).count(),
+            if grew > 0 { "FAIL" } else { "pass" }
+        )?;
+        let _ = writeln!(
+            md,
+            "**per-step counters**: {} compared, {grew} grew\n\n| counter | baseline | candidate | verdict |\n|---|---|---|---|",
+            counters.iter().filter(|c| c.gated).count()
+        );
+        for c in &counters {
+            let line = c.line();
+            writeln!(out, "  {line}")?;
+            if c.failed() && args.format == CheckFormat::Github {
                 writeln!(
                     out,
                     "::error title=perfkit check::{}",
                     output::github::escape_data(&line)
                 )?;
             }
+            let name = match (&c.code, &c.span) {
+                (_, Some(span)) => format!("span `{span}` entries"),
+                (Some(code), None) => format!("{code} {}", c.counter),
+                (None, None) => c.counter.clone(),
+            };
             let _ = writeln!(
                 md,
-                "**{which} run incomplete**: {}\n",
-                run.incomplete.join("; ")
+                "| {name} | {} | {} | {} |",
+                c.base,
+                c.new,
+                if c.failed() {
+                    format!("**FAIL** {}", c.sources.join(", "))
+                } else {
+                    "pass".to_owned()
+                }
             );
+            failed |= c.failed();
         }
-        let gates = compare(&base, &new, args.max_regression)?;
-        md.push_str("| quantity | baseline | candidate | change | noise | allowed | verdict |\n|---|---|---|---|---|---|---|\n");
+        md.push('\n');
+        for note in notes {
+            writeln!(out, "{note}")?;
+            let _ = writeln!(md, "_{note}_\n");
+        }
+
+        // Then timing, against run-to-run noise.
+        let gates = compare(&base, &new, TimingOptions::from(&config))?;
+        md.push_str("| quantity | baseline | candidate | change | runs | noise | test | verdict |\n|---|---|---|---|---|---|---|---|\n");
         for g in &gates {
             writeln!(out, "{}", g.line())?;
             if g.failed() && args.format == CheckFormat::Github {
@@ -517,15 +653,21 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     output::github::escape_data(&g.line())
                 )?;
             }
+            let test = match (g.cmp.p_value, g.cmp.weak) {
+                (Some(p), _) => format!("Welch t, p = {p:.3}"),
+                (None, true) => "noise floor (weak)".to_owned(),
+                (None, false) => g.cmp.test.clone(),
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | ±{} | {} | {} |",
+                "| {} | {} | {} | {} | {} vs {} | {:.1}% | {test} | {} |",
                 g.what,
-                g.show(g.base),
-                g.show(g.new),
-                g.show_delta(g.new - g.base),
-                g.show_noise(),
-                g.show_delta(g.allowed),
+                g.show(g.cmp.base),
+                g.show(g.cmp.new),
+                g.show_change(),
+                g.cmp.base_runs,
+                g.cmp.new_runs,
+                g.cmp.noise * 100.0,
                 if g.failed() {
                     "**regression**"
                 } else {
@@ -561,6 +703,56 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--repeat N`: profiles the baseline program and the candidate N times each, interleaved,
+/// with `perfkit profile`, and returns the run directories of each side.
+fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        bail!(
+            "--repeat needs the candidate program: `perfkit check --repeat N --baseline-program PATH -- PROGRAM [ARGS]`"
+        );
+    };
+    let Some(base_program) = &args.baseline_program else {
+        bail!("--repeat needs --baseline-program PATH");
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("perfkit-out/check"));
+    let exe = std::env::current_exe().context("cannot find the perfkit executable")?;
+    let (mut base, mut new) = (Vec::new(), Vec::new());
+    for i in 1..=n {
+        for (which, prog, runs) in [
+            ("baseline", base_program.as_os_str(), &mut base),
+            ("candidate", program.as_os_str(), &mut new),
+        ] {
+            let dir = out.join(format!("{which}-{i}"));
+            eprintln!(
+                "perfkit check: {which} run {i} of {n}: {} -> {}",
+                Path::new(prog).display(),
+                dir.display()
+            );
+            let status = std::process::Command::new(&exe)
+                .args(["profile", "--quiet", "--no-lint", "--out"])
+                .arg(&dir)
+                .arg("--")
+                .arg(prog)
+                .args(program_args)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .with_context(|| format!("cannot run {}", exe.display()))?;
+            if !status.success() {
+                bail!(
+                    "--repeat: the {which} run {i} ({}) failed: {status} (its output and trace are in {})",
+                    Path::new(prog).display(),
+                    dir.display()
+                );
+            }
+            runs.push(dir);
+        }
+    }
+    Ok((base, new))
 }
 
 fn load(path: &Path, options: &AnalyzeOptions) -> anyhow::Result<Run> {
@@ -599,22 +791,5 @@ mod tests {
         assert_eq!(parse_percent("2.5"), Ok(0.025));
         assert!(parse_percent("five").is_err());
         assert!(parse_percent("-3%").is_err());
-    }
-
-    #[test]
-    fn gate_fails_only_beyond_allowance_plus_noise() {
-        let g = |new: f64| Gate {
-            what: "median step time",
-            unit: "ns",
-            base: 1000.0,
-            new,
-            allowed: 50.0,
-            noise: 20.0,
-        };
-        assert!(!g(1060.0).failed());
-        assert_eq!(g(1060.0).verdict(), "within allowance");
-        assert!(g(1071.0).failed());
-        assert_eq!(g(900.0).verdict(), "improved");
-        assert_eq!(g(990.0).verdict(), "within noise");
     }
 }

@@ -4,14 +4,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use perfkit_reports::AnalyzeOptions;
-use perfkit_reports::diff::{RunInput, diff, differential_flamegraphs};
+use perfkit_reports::diff::{RunInput, diff_with, differential_flamegraphs};
 
 /// Arguments of `perfkit diff`.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "BASE and NEW are trace files, run directories or summary.json files. \
-The step-time change is called real only when it exceeds twice the standard error of the \
-difference of the medians, estimated from each run's per-step spread."
+The step-time verdict uses the model of `perfkit check`: with one run per side a change is \
+`slower` or `faster` only beyond the noise floor (`noise-floor` of `[check]` in perfkit.toml, \
+default 50%) and the minimum effect (`min-effect`, default 5%); otherwise `within noise`."
 )]
 pub struct DiffArgs {
     /// The reference run.
@@ -47,7 +48,12 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let options = AnalyzeOptions::default();
     let base = RunInput::classify(&args.base)?.load(&options)?;
     let new = RunInput::classify(&args.new)?.load(&options)?;
-    let report = diff(&base, &new);
+    let (config, _) = perfkit_reports::gate::CheckConfig::discover(std::path::Path::new("."))?;
+    let report = diff_with(
+        &base,
+        &new,
+        perfkit_reports::gate::TimingOptions::from(&config),
+    );
     let needs_flames = args.format == DiffFormat::Html || args.out.is_some();
     let flames = if needs_flames {
         differential_flamegraphs(&base, &new)?

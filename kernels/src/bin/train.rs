@@ -96,6 +96,10 @@ struct Cli {
     /// PK303: upload batches from pageable memory instead of pinned buffers.
     #[arg(long)]
     pageable: bool,
+    /// Busy-wait this many microseconds inside every step (a known slowdown, for
+    /// benchmarking a regression gate; `bench/gate.sh` uses it).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    step_delay_us: u64,
     /// Print the GPU benchmark table instead of training once (needs a CUDA GPU).
     #[arg(long)]
     bench: bool,
@@ -137,6 +141,7 @@ impl Cli {
             DataArg::Device => DataSource::Device,
         };
         cfg.log_every = self.log_every;
+        cfg.step_delay = Duration::from_micros(self.step_delay_us);
         cfg.anti = AntiPatterns {
             readback_every_step: self.readback_every_step,
             sync_every_step: self.sync_every_step,
