@@ -7,12 +7,13 @@
 //! | `--readback-every-step` | PK101 | copies the step's loss to the host every step (a blocking D2H copy) |
 //! | `--sync-every-step` | PK102 | synchronizes the stream at the end of every step |
 //! | `--cpu-then-copy` | PK201 | builds zeroed activation buffers on the host and uploads them every step |
-//! | `--alloc-every-step` | PK202 | allocates fresh activation buffers on the device every step |
+//! | `--alloc-every-step` | PK202 | allocates fresh activation buffers on the device every step (on the CPU: fresh activation and gradient buffers on the host) |
 //! | `--per-sample-upload` | PK203 | uploads the batch one sample at a time, then stacks the rows on the device |
 //! | `--pageable` | PK303 | uploads the batch straight from its pageable `Vec` instead of pinned memory |
 
 use perfkit_profiler::cuda::ProfiledStream;
 
+use crate::cpu_model::CpuMlp;
 use crate::data::Batch;
 use crate::gpu::{DeviceBatch, GpuError, Scratch};
 use crate::task::MlpShape;
@@ -77,6 +78,14 @@ pub fn alloc_scratch_every_step(
         dlogits: stream.alloc_zeros(rows * shape.classes)?,
         dhidden: stream.alloc_zeros(rows * shape.hidden)?,
     })
+}
+
+/// PK202's CPU twin: allocates the model's activation and gradient buffers (about 5 MiB
+/// for the default shape and batch) afresh every step, in an `alloc_buffers` span. A CPU pays
+/// for it too: the allocator hands back memory that has to be zeroed (or faulted in) again.
+pub fn alloc_host_buffers_every_step(model: &mut CpuMlp) {
+    let _span = tracing::info_span!("alloc_buffers").entered();
+    model.reallocate_buffers();
 }
 
 /// PK203: uploads every sample of the batch on its own, then stacks the rows into

@@ -58,6 +58,20 @@ impl CpuMlp {
         }
     }
 
+    /// Drops the activation and gradient buffers and allocates zeroed ones of the same sizes
+    /// (what the `--alloc-every-step` anti-pattern does every step; the results are the same,
+    /// since every pass overwrites its buffers).
+    pub fn reallocate_buffers(&mut self) {
+        let lens = self.shape.param_lens();
+        let rows = self.rows;
+        self.grads = std::array::from_fn(|i| vec![0.0; lens[i]]);
+        self.hidden = vec![0.0; rows * self.shape.hidden];
+        self.logits = vec![0.0; rows * self.shape.classes];
+        self.probs = vec![0.0; rows * self.shape.classes];
+        self.dlogits = vec![0.0; rows * self.shape.classes];
+        self.dhidden = vec![0.0; rows * self.shape.hidden];
+    }
+
     /// The gradients of the last [`CpuMlp::backward`], `[dw1, db1, dw2, db2]`.
     #[must_use]
     pub fn grads(&self) -> &[Vec<f32>; 4] {

@@ -57,9 +57,10 @@ struct Cli {
     /// Seed of the data and the initial parameters.
     #[arg(long, default_value_t = 0)]
     seed: u32,
-    /// Host data worker threads (0 = generate each batch inline when it is needed).
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
+    /// Host data worker threads (0 = generate each batch inline when it is needed)
+    /// [default: sized to the machine, leaving cores to the model]
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
     /// Batches each worker prepares ahead.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
@@ -257,8 +258,10 @@ fn child_step_time(
         .args(["--hidden", &cli.hidden.to_string()])
         .args(["--lr", &cli.lr.to_string()])
         .args(["--noise", &cli.noise.to_string()])
-        .args(["--workers", &cli.workers.to_string()])
         .args(["--seed", &cli.seed.to_string()]);
+    if let Some(workers) = cli.workers {
+        cmd.args(["--workers", &workers.to_string()]);
+    }
     if let Some(flag) = variant.flag {
         cmd.arg(flag);
     }
