@@ -86,6 +86,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone();
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
+    // The sources to lint, first: a `sources/` the demo may not replace stops it before any run.
+    let source_root = source_root(&out)?;
+
     // 1. The two runs, each under `perfkit profile`.
     let tuned = out.join("tuned");
     let anti = out.join("anti-patterns");
@@ -93,7 +96,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     profile_run(&exe, &anti, &args, true)?;
 
     // 2. The linter over the trainer and the lint fixtures.
-    let source_root = source_root(&out)?;
     let lint_findings = lint(&source_root, &out)?;
 
     // 3. Runtime findings, confirmed against the trainer's lint findings, into both reports.
@@ -164,7 +166,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             o,
             "== lint: {} findings in the trainer ({}), {} in all",
             trainer_lint.len(),
-            source_root.join("kernels").display(),
+            clean(&source_root.join("kernels")).display(),
             lint_findings.len()
         )?;
     }
