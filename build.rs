@@ -31,7 +31,8 @@ fn main() {
 /// Writes `$OUT_DIR/demo_fixtures.rs`: `&[(path, include_str!(file)), ...]` for every `.rs` and
 /// `.toml` file under `fixtures/lint/`, sorted by path.
 fn demo_fixtures() {
-    let manifest = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let manifest =
+        std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let root = manifest.join("fixtures/lint");
     println!("cargo::rerun-if-changed=fixtures/lint");
     let mut files = Vec::new();
@@ -43,7 +44,10 @@ fn demo_fixtures() {
             continue;
         };
         let rel = rel.to_string_lossy().replace('\\', "/");
-        table.push_str(&format!("    ({rel:?}, include_str!({:?})),\n", file.display().to_string()));
+        table.push_str(&format!(
+            "    ({rel:?}, include_str!({:?})),\n",
+            file.display().to_string()
+        ));
     }
     table.push(']');
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));

@@ -50,7 +50,9 @@ fn demo_profiles_lints_and_diffs_the_reference_trainer() {
         ))
         .stdout(predicate::str::contains("PK301 loader-without-workers"))
         .stdout(predicate::str::contains("PK202 alloc-in-step-loop"))
-        .stdout(predicate::str::contains("needs a GPU to be measured: PK101, PK102"));
+        .stdout(predicate::str::contains(
+            "needs a GPU to be measured: PK101, PK102",
+        ));
 
     for file in [
         "tuned/report.html",
@@ -132,7 +134,9 @@ fn demo_works_from_an_installed_binary_without_the_source_tree() {
         "{stdout}"
     );
     assert!(
-        stderr.contains("linting the sources built into perfkit, written to perfkit-out/demo/sources"),
+        stderr.contains(
+            "linting the sources built into perfkit, written to perfkit-out/demo/sources"
+        ),
         "{stderr}"
     );
     let demo = work.join("perfkit-out/demo");
@@ -144,18 +148,23 @@ fn demo_works_from_an_installed_binary_without_the_source_tree() {
         lint.contains("--> perfkit-out/demo/sources/kernels/src/antipatterns.rs:"),
         "{lint}"
     );
-    assert!(lint.contains("[PK101]") && lint.contains("[PK202]"), "{lint}");
+    assert!(
+        lint.contains("[PK101]") && lint.contains("[PK202]"),
+        "{lint}"
+    );
     for line in lint.lines().filter(|l| l.trim_start().starts_with("-->")) {
         assert!(
-            line.trim_start().starts_with("--> perfkit-out/demo/sources/"),
+            line.trim_start()
+                .starts_with("--> perfkit-out/demo/sources/"),
             "{line}"
         );
     }
     let findings = findings_of(&demo.join("anti-patterns/summary.json"));
     assert!(
         findings.iter().any(|f| f["code"] == "PK101"
-            && f["location"].as_str().is_some_and(|l| l
-                .starts_with("perfkit-out/demo/sources/kernels/src/antipatterns.rs:"))),
+            && f["location"].as_str().is_some_and(
+                |l| l.starts_with("perfkit-out/demo/sources/kernels/src/antipatterns.rs:")
+            )),
         "{findings:#?}"
     );
     // A second demo into the same place replaces its own copies.
@@ -171,7 +180,15 @@ fn demo_works_from_an_installed_binary_without_the_source_tree() {
     std::fs::create_dir_all(other.join("sources")).expect("mkdir");
     std::fs::write(other.join("sources/mine.rs"), "fn main() {}\n").expect("write");
     let refused = StdCommand::new(&exe)
-        .args(["demo", "--device", "cpu", "--steps", "2", "--out", "elsewhere"])
+        .args([
+            "demo",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--out",
+            "elsewhere",
+        ])
         .current_dir(&work)
         .env_remove("PERFKIT_TRACE")
         .output()

@@ -9,6 +9,7 @@ pub struct CpuMlp {
     shape: MlpShape,
     sgd: SgdConfig,
     rows: usize,
+    threads: usize,
     params: [Vec<f32>; 4],
     velocity: [Vec<f32>; 4],
     grads: [Vec<f32>; 4],
@@ -47,6 +48,7 @@ impl CpuMlp {
             shape,
             sgd,
             rows,
+            threads: 1,
             params: init_params(&shape, seed),
             velocity: std::array::from_fn(|i| vec![0.0; lens[i]]),
             grads: std::array::from_fn(|i| vec![0.0; lens[i]]),
@@ -56,6 +58,11 @@ impl CpuMlp {
             dlogits: vec![0.0; rows * shape.classes],
             dhidden: vec![0.0; rows * shape.hidden],
         }
+    }
+
+    /// Runs the matrix products on `threads` threads (default 1; same results).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
     }
 
     /// Drops the activation and gradient buffers and allocates zeroed ones of the same sizes
@@ -92,7 +99,8 @@ impl CpuMlp {
             "forward: batch size differs from the model's"
         );
         let [w1, b1, w2, b2] = &self.params;
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             false,
             rows,
@@ -105,7 +113,8 @@ impl CpuMlp {
             &mut self.hidden,
         );
         cpu::bias_act_fwd(&mut self.hidden, b1, rows, hidden, true);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             false,
             rows,
@@ -132,7 +141,8 @@ impl CpuMlp {
         let [dw1, db1, dw2, db2] = &mut self.grads;
         let w2 = &self.params[2];
         cpu::softmax_xent_bwd(&self.probs, labels, &mut self.dlogits, classes);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             true,
             false,
             hidden,
@@ -145,7 +155,8 @@ impl CpuMlp {
             dw2,
         );
         cpu::bias_act_bwd(&self.logits, &mut self.dlogits, db2, rows, classes, false);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             true,
             rows,
@@ -158,7 +169,8 @@ impl CpuMlp {
             &mut self.dhidden,
         );
         cpu::bias_act_bwd(&self.hidden, &mut self.dhidden, db1, rows, hidden, true);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             true,
             false,
             input,

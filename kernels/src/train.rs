@@ -8,7 +8,7 @@ use tracing::info_span;
 
 use crate::antipatterns;
 use crate::cpu_model::CpuMlp;
-use crate::data::{Batch, HostLoader, fill_batch};
+use crate::data::{Batch, HostLoader, RecordFormat, fill_batch_as};
 use crate::gpu::{GpuError, GpuMlp};
 use crate::task::{MlpShape, SgdConfig, TaskSpec};
 
@@ -96,6 +96,9 @@ pub struct TrainConfig {
     pub noise_scale: f32,
     /// Where batches come from (default [`DataSource::Host`]).
     pub data: DataSource,
+    /// How the host loader gets each sample (default [`RecordFormat::Raw`]; `Csv` adds the
+    /// real cost of decoding text records, same values).
+    pub records: RecordFormat,
     /// Print the loss every this many steps (default 10).
     pub log_every: u64,
     /// Anti-pattern switches (default all off).
@@ -115,6 +118,7 @@ impl Default for TrainConfig {
             sgd: SgdConfig::default(),
             noise_scale: 1.0,
             data: DataSource::Host,
+            records: RecordFormat::Raw,
             log_every: 10,
             anti: AntiPatterns::default(),
         }
@@ -133,11 +137,12 @@ impl TrainConfig {
 pub const MAX_AUTO_WORKERS: usize = 4;
 
 /// How many loader workers a machine with `cores` usable cores gets, leaving cores to the
-/// model. On the CPU the model's matrix products take half the cores (at least one), so the
-/// workers get the other half: 1 core loads inline (0 workers), 2 cores get 1 worker, 8 cores
-/// get 4. On a GPU the model needs one core to drive the device, so the workers get the rest.
-/// At most [`MAX_AUTO_WORKERS`]. More workers than spare cores only makes the workers and the
-/// model take turns on the same cores, which is slower than loading inline.
+/// model. On the CPU the workers get half the cores (1 core loads inline, 2 cores get 1
+/// worker, 8 cores get 4): the model's matrix products run on every core, and the workers,
+/// which only run while they refill their prefetch buffers, fit in the time the products
+/// leave. On a GPU the model needs one core to drive the device, so the workers get the
+/// rest. At most [`MAX_AUTO_WORKERS`]. More workers than that (four on two cores) make the
+/// workers and the model fight for the same cores, which is slower than loading inline.
 #[must_use]
 pub fn auto_workers(cores: usize, on_gpu: bool) -> usize {
     let spare = if on_gpu {
@@ -158,15 +163,17 @@ fn loader_workers(cfg: &TrainConfig, on_gpu: bool) -> (usize, String) {
             0,
             "data: loaded inline on the training thread (--workers 0)".to_string(),
         ),
-        Some(n) => (n, format!("data: {n} loader worker{} (--workers {n})", plural(n))),
+        Some(n) => (
+            n,
+            format!("data: {n} loader worker{} (--workers {n})", plural(n)),
+        ),
         None => {
             let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
             let n = auto_workers(cores, on_gpu);
             let model = if on_gpu {
-                "1 drives the GPU".to_string()
+                "1 drives the GPU"
             } else {
-                let m = cores - n;
-                format!("{m} left for the model's matrix products")
+                "the model's matrix products use them all"
             };
             let what = if n == 0 {
                 "loaded inline on the training thread".to_string()
@@ -351,8 +358,14 @@ fn train_cpu(cfg: &TrainConfig, progress: &mut dyn FnMut(Progress)) -> TrainRepo
     let spec = cfg.task();
     let rows = cfg.batch_size;
     let mut model = CpuMlp::new(cfg.shape, cfg.sgd, rows, cfg.seed);
-    let mut loader = (cfg.data == DataSource::Host)
-        .then(|| HostLoader::new(spec, rows, cfg.steps, workers, cfg.prefetch));
+    // The model's matrix products use every core: the loader workers (half the cores at
+    // most) only run while they fill their prefetch buffers, and a product's threads block
+    // (never spin) while they wait for each other, so they give way to the workers.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    model.set_threads(cores);
+    let mut loader = (cfg.data == DataSource::Host).then(|| {
+        HostLoader::with_format(spec, rows, cfg.steps, workers, cfg.prefetch, cfg.records)
+    });
     let mut inline = Batch::default();
     let mut losses = Vec::with_capacity(usize::try_from(cfg.steps).unwrap_or(0));
     let start = Instant::now();
@@ -364,7 +377,7 @@ fn train_cpu(cfg: &TrainConfig, progress: &mut dyn FnMut(Progress)) -> TrainRepo
                 Some(batch) => batch,
                 None => {
                     let mut b = std::mem::take(&mut inline);
-                    fill_batch(&mut b, &spec, rows, step);
+                    fill_batch_as(&mut b, &spec, rows, step, cfg.records);
                     b
                 }
             }
@@ -431,8 +444,9 @@ fn train_gpu(
     let shape = model.shape();
     let (workers, note) = loader_workers(cfg, true);
     progress(Progress::Note(note));
-    let mut loader = (cfg.data == DataSource::Host)
-        .then(|| HostLoader::new(spec, rows, cfg.steps, workers, cfg.prefetch));
+    let mut loader = (cfg.data == DataSource::Host).then(|| {
+        HostLoader::with_format(spec, rows, cfg.steps, workers, cfg.prefetch, cfg.records)
+    });
 
     // Warm-up outside the timed loop: cuBLAS and module initialisation happen on the
     // first calls. No optimizer step, so the parameters are unchanged.
@@ -606,7 +620,8 @@ mod tests {
         cfg.workers = Some(0);
         let inline = notes(&cfg);
         assert!(
-            inline.contains(&"data: loaded inline on the training thread (--workers 0)".to_string()),
+            inline
+                .contains(&"data: loaded inline on the training thread (--workers 0)".to_string()),
             "{inline:?}"
         );
     }
@@ -625,7 +640,9 @@ mod tests {
         .unwrap();
         assert_eq!(anti.losses, tuned.losses);
         assert!(
-            notes.iter().any(|n| n.starts_with("--alloc-every-step: the CPU run allocates")),
+            notes
+                .iter()
+                .any(|n| n.starts_with("--alloc-every-step: the CPU run allocates")),
             "{notes:?}"
         );
         assert!(

@@ -23,13 +23,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
+use perfkit_kernels::data::RecordFormat;
 use perfkit_kernels::train::{AntiPatterns, DeviceChoice, Progress, TrainConfig, train};
+use perfkit_lint::output::normalize as clean;
 use perfkit_lint::output::{self, Format as LintFormat, RenderOptions as LintRender};
 use perfkit_lint::{LintOptions, RuleMeta};
 use perfkit_reports::render::{self, Format, RenderOptions};
 use perfkit_reports::rules::{self, ProfileConfig};
 use perfkit_reports::{AnalyzeOptions, Finding};
-use perfkit_lint::output::normalize as clean;
 
 /// Arguments of `perfkit demo`.
 #[derive(Debug, clap::Args)]
@@ -85,6 +86,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the perfkit executable")?;
     let out = args.out.clone();
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+
+    // How busy the machine is before the runs: loader workers only help where cores are free.
+    let busy = machine_busy();
 
     // The sources to lint, first: a `sources/` the demo may not replace stops it before any run.
     let source_root = source_root(&out)?;
@@ -149,6 +153,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .cloned()
             .collect();
         writeln!(o, "== {label} run ({})", dir.display())?;
+        // How the run loaded its data (the trainer says so in its log).
+        if let Ok(log) = std::fs::read_to_string(dir.join("train.log"))
+            && let Some(note) = log.lines().find_map(|l| l.strip_prefix("note: data: "))
+        {
+            writeln!(o, "data: {note}")?;
+        }
         if !gpu && measured.is_empty() {
             writeln!(
                 o,
@@ -174,7 +184,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
         && let Some(steps) = v.get("steps").filter(|s| !s.is_null())
     {
-        writeln!(o, "{}", diff_line(steps, any_gpu))?;
+        writeln!(o, "{}", diff_line(steps, any_gpu, busy.as_deref()))?;
     }
     writeln!(o)?;
     writeln!(o, "perfkit demo: where to look")?;
@@ -219,6 +229,14 @@ fn run_trainer(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         DemoDevice::Cuda => DeviceChoice::Cuda,
     };
     cfg.log_every = (args.steps / 5).max(1);
+    if args.device == DemoDevice::Cpu
+        || (args.device == DemoDevice::Auto && !perfkit_profiler::cuda::driver_present())
+    {
+        // On a CPU the loader decodes text records, so that loading costs what a real
+        // loader's decoding does (tens of µs a sample) and inline loading shows; a GPU run
+        // keeps the cheap records, so that its loader workers keep up with the GPU.
+        cfg.records = RecordFormat::Csv;
+    }
     if args.anti {
         cfg.anti = AntiPatterns {
             // On a CPU too: fresh activation and gradient buffers every step.
@@ -316,7 +334,9 @@ fn source_root(out: &Path) -> anyhow::Result<PathBuf> {
     let kernels = perfkit_kernels::sources::SOURCES
         .iter()
         .map(|(path, text)| (format!("kernels/{path}"), *text));
-    let fixtures = FIXTURES.iter().map(|(path, text)| ((*path).to_owned(), *text));
+    let fixtures = FIXTURES
+        .iter()
+        .map(|(path, text)| ((*path).to_owned(), *text));
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     std::fs::write(
         root.join(SOURCES_MARK),
@@ -340,7 +360,10 @@ fn source_root(out: &Path) -> anyhow::Result<PathBuf> {
 
 /// Lints the trainer and the lint fixtures; writes `lint.txt` and `lint.sarif`.
 fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
-    let options = LintOptions::new([clean(&root.join("kernels")), clean(&root.join("fixtures/lint"))]);
+    let options = LintOptions::new([
+        clean(&root.join("kernels")),
+        clean(&root.join("fixtures/lint")),
+    ]);
     let report = perfkit_lint::lint(&options)?;
     let rules: Vec<&RuleMeta> = perfkit_lint::rules().iter().map(|r| r.meta()).collect();
     let mut text = Vec::new();
@@ -454,7 +477,7 @@ fn write_cpu_costs(
     let extra = anti.data_ns.saturating_sub(tuned.data_ns);
     writeln!(
         o,
-        "  PK301 loader-without-workers  data loading on the training thread: {} inline, {} with loader workers: +{}{}",
+        "  PK301 loader-without-workers  the training thread in data loading: {} inline, {} with the tuned run's loader: +{}{}",
         d(anti.data_ns),
         d(tuned.data_ns),
         d(extra),
@@ -478,9 +501,23 @@ fn write_cpu_costs(
     )
 }
 
+/// `Some("this machine is busy (load average 9.2 on 2 cores)")` when more processes want to
+/// run than there are cores (Linux' `/proc/loadavg`), else `None`.
+fn machine_busy() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let load: f64 = text.split_whitespace().next()?.parse().ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (load > cores as f64).then(|| {
+        format!(
+            "this machine is busy (load average {load:.1} on {cores} core{})",
+            if cores == 1 { "" } else { "s" }
+        )
+    })
+}
+
 /// The diff's verdict on the median step, with the reason when it is not what the
 /// anti-patterns should give.
-fn diff_line(steps: &serde_json::Value, gpu: bool) -> String {
+fn diff_line(steps: &serde_json::Value, gpu: bool, busy: Option<&str>) -> String {
     let d = perfkit_reports::format::duration;
     let base = steps["base_median_ns"].as_u64().unwrap_or(0);
     let new = steps["new_median_ns"].as_u64().unwrap_or(0);
@@ -497,14 +534,26 @@ fn diff_line(steps: &serde_json::Value, gpu: bool) -> String {
                 d(new.abs_diff(base)),
                 d(noise)
             );
-            if !gpu {
+            if let Some(busy) = busy {
+                line += &format!(
+                    "; {busy}: loader workers overlap loading with the model only where a core is free"
+                );
+            } else if !gpu {
                 line += "; on a CPU only inline loading and per-step allocation cost anything";
             }
             line += ")";
         }
         "faster" => {
-            line += ": the anti-pattern run should not be faster; the machine was busier \
-                     during the tuned run (other processes took its cores): run the demo again)";
+            line += ": the anti-pattern run should not be faster; ";
+            line += &match busy {
+                Some(busy) => format!(
+                    "{busy}, so both runs shared their cores with other processes and loader \
+                     workers had no free core to run on: run the demo again on an idle machine)"
+                ),
+                None => {
+                    "other processes took cores from the tuned run: run the demo again)".to_owned()
+                }
+            };
         }
         _ => line += ")",
     }

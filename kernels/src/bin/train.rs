@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
+use perfkit_kernels::data::RecordFormat;
 use perfkit_kernels::task::{MlpShape, SgdConfig};
 use perfkit_kernels::train::{
     AntiPatterns, DataSource, DeviceChoice, Progress, TrainConfig, train,
@@ -34,6 +35,14 @@ enum DataArg {
     Host,
     /// Generated on the GPU by the `synth_batch` kernel.
     Device,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RecordsArg {
+    /// Generated in place.
+    Raw,
+    /// Written as a CSV line and parsed back (the cost of decoding text records).
+    Csv,
 }
 
 /// Trains an MLP (784 -> hidden -> 10) on a synthetic, learnable classification task,
@@ -76,6 +85,10 @@ struct Cli {
     /// Where batches come from.
     #[arg(long, value_enum, default_value = "host")]
     data: DataArg,
+    /// How the host loader gets each sample: `raw` (generated in place) or `csv` (written as a
+    /// line of text and parsed back: the cost of decoding text records, same values).
+    #[arg(long, value_enum, default_value = "raw")]
+    records: RecordsArg,
     /// Print the loss every N steps.
     #[arg(long, default_value_t = 10)]
     log_every: u64,
@@ -136,6 +149,10 @@ impl Cli {
         cfg.data = match self.data {
             DataArg::Host => DataSource::Host,
             DataArg::Device => DataSource::Device,
+        };
+        cfg.records = match self.records {
+            RecordsArg::Raw => RecordFormat::Raw,
+            RecordsArg::Csv => RecordFormat::Csv,
         };
         cfg.log_every = self.log_every;
         cfg.anti = AntiPatterns {
