@@ -30,13 +30,13 @@ impl Batch {
 /// How the loader gets each sample's features.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecordFormat {
-    /// Generated straight into the batch (about 3 µs a sample on a 2020s core).
+    /// Generated straight into the batch (a few µs a sample).
     #[default]
     Raw,
     /// Each sample goes through a CSV record: its features are written as one line of
-    /// decimal text, then parsed back, the work of a loader that decodes text records (tens
-    /// of µs a sample, comparable to decoding a small image). Rust prints the shortest text
-    /// that parses back to the same `f32`, so the values are exactly those of [`Raw`](Self::Raw).
+    /// comma-separated fields (each `f32`'s bits in hexadecimal), then parsed back, the work of
+    /// a loader that decodes text records (tens of µs a sample, comparable to decoding a small
+    /// image). The bits round-trip, so the values are exactly those of [`Raw`](Self::Raw).
     Csv,
 }
 
