@@ -343,7 +343,14 @@ fn source_root(out: &Path) -> anyhow::Result<PathBuf> {
         "written by `perfkit demo`: the sources it lints, as built into perfkit\n",
     )
     .with_context(|| format!("cannot write {}", root.join(SOURCES_MARK).display()))?;
-    for (path, text) in kernels.chain(fixtures) {
+    // The workspace around them, as in perfkit's own tree, so that findings are located as the
+    // trainer's recorded source lines are (`kernels/src/...`).
+    let workspace = std::iter::once((
+        "Cargo.toml".to_owned(),
+        "# Written by `perfkit demo`: the workspace of the sources it lints.\n\
+         [workspace]\nmembers = [\"kernels\"]\nexclude = [\"fixtures\"]\nresolver = \"3\"\n",
+    ));
+    for (path, text) in workspace.chain(kernels).chain(fixtures) {
         let file = root.join(&path);
         if let Some(dir) = file.parent() {
             std::fs::create_dir_all(dir)

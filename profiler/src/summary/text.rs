@@ -18,7 +18,7 @@ pub const INSTRUMENT_HINT: &str = concat!(
     "  2. first line of main():        let _perfkit = perfkit_profiler::init();\n",
     "  3. fetch each batch in a span:  use perfkit_profiler::tracing::info_span;\n",
     "                                  while let Some(batch) = info_span!(\"data\").in_scope(|| batches.next()) {\n",
-    "  4. around each training step:       let _step = info_span!(\"step\").entered();",
+    "  4. around each training step:      let _step = info_span!(\"step\").entered();",
 );
 
 /// `812 ns`, `15.3 µs`, `4.21 ms`, `1.93 s`, `2 min 5 s`: three significant digits.
