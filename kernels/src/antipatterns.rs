@@ -13,7 +13,6 @@
 
 use perfkit_profiler::cuda::ProfiledStream;
 
-use crate::cpu_model::CpuMlp;
 use crate::data::Batch;
 use crate::gpu::{DeviceBatch, GpuError, Scratch};
 use crate::task::MlpShape;
@@ -80,14 +79,6 @@ pub fn alloc_scratch_every_step(
     })
 }
 
-/// PK202's CPU twin: allocates the model's activation and gradient buffers (about 5 MiB
-/// for the default shape and batch) afresh every step, in an `alloc_buffers` span. A CPU pays
-/// for it too: the allocator hands back memory that has to be zeroed (or faulted in) again.
-pub fn alloc_host_buffers_every_step(model: &mut CpuMlp) {
-    let _span = tracing::info_span!("alloc_buffers").entered();
-    model.reallocate_buffers();
-}
-
 /// PK203: uploads every sample of the batch on its own, then stacks the rows into
 /// the batch buffer on the device.
 ///
@@ -127,4 +118,12 @@ pub fn upload_pageable(
     stream.memcpy_htod(&host.x, &mut device.x)?;
     stream.memcpy_htod(&host.labels, &mut device.labels)?;
     Ok(())
+}
+
+/// PK202's CPU twin: allocates the model's activation and gradient buffers (about 5 MiB
+/// for the default shape and batch) afresh every step, in an `alloc_buffers` span. A CPU pays
+/// for it too: the allocator hands back memory that has to be zeroed (or faulted in) again.
+pub fn alloc_host_buffers_every_step(model: &mut crate::cpu_model::CpuMlp) {
+    let _span = tracing::info_span!("alloc_buffers").entered();
+    model.reallocate_buffers();
 }
