@@ -44,6 +44,14 @@ fn demo_profiles_lints_and_diffs_the_reference_trainer() {
         .stdout(predicate::str::contains("== diff: median step"))
         .stdout(predicate::str::contains(
             "a CPU run: the runtime rules measure GPU work",
+        ))
+        .stdout(predicate::str::contains(
+            "== measured on the CPU (the anti-pattern run against the tuned one, per step)",
+        ))
+        .stdout(predicate::str::contains("PK301 loader-without-workers"))
+        .stdout(predicate::str::contains("PK202 alloc-in-step-loop"))
+        .stdout(predicate::str::contains(
+            "needs a GPU to be measured: PK101, PK102",
         ));
 
     for file in [
@@ -90,6 +98,118 @@ fn demo_profiles_lints_and_diffs_the_reference_trainer() {
         .assert()
         .code(0)
         .stdout(predicate::str::contains("perfkit check: PASS"));
+}
+
+/// The demo from a copy of the binary in a directory of its own, run from another directory with
+/// no perfkit source tree: it lints the sources built into it, and everything it prints or
+/// writes is relative to where it ran.
+#[test]
+fn demo_works_from_an_installed_binary_without_the_source_tree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let exe = bin.join("perfkit");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("perfkit"), &exe).expect("copy perfkit");
+    let out = StdCommand::new(&exe)
+        .args(["demo", "--device", "cpu", "--steps", "3"])
+        .current_dir(&work)
+        .env_remove("PERFKIT_TRACE")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .expect("run the copied perfkit");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Nothing names the source tree perfkit was built from, nor the absolute work directory.
+    let source_tree = root().display().to_string();
+    let work_dir = work.display().to_string();
+    for text in [&stdout, &stderr] {
+        assert!(!text.contains(&source_tree), "{text}");
+        assert!(!text.contains(&work_dir), "{text}");
+    }
+    assert!(
+        stdout.contains("  lint            perfkit-out/demo/lint.txt"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(
+            "linting the sources built into perfkit, written to perfkit-out/demo/sources"
+        ),
+        "{stderr}"
+    );
+    let demo = work.join("perfkit-out/demo");
+    assert!(demo.join("sources/.perfkit-demo-sources").is_file());
+    assert!(demo.join("sources/kernels/src/antipatterns.rs").is_file());
+    // The lint findings are there, at the copies' paths relative to the work directory.
+    let lint = std::fs::read_to_string(demo.join("lint.txt")).expect("lint.txt");
+    assert!(
+        lint.contains("--> perfkit-out/demo/sources/kernels/src/antipatterns.rs:"),
+        "{lint}"
+    );
+    assert!(
+        lint.contains("[PK101]") && lint.contains("[PK202]"),
+        "{lint}"
+    );
+    for line in lint.lines().filter(|l| l.trim_start().starts_with("-->")) {
+        assert!(
+            line.trim_start()
+                .starts_with("--> perfkit-out/demo/sources/"),
+            "{line}"
+        );
+    }
+    assert!(
+        stdout.contains("findings in the trainer (perfkit-out/demo/sources/kernels)"),
+        "{stdout}"
+    );
+    // In the report, lint findings are located relative to their workspace, as the trainer's
+    // recorded source lines are, so that a GPU run confirms them.
+    let findings = findings_of(&demo.join("anti-patterns/summary.json"));
+    assert!(
+        findings.iter().any(|f| f["code"] == "PK101"
+            && f["origin"] == "lint"
+            && f["location"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("kernels/src/antipatterns.rs:"))),
+        "{findings:#?}"
+    );
+    // A second demo into the same place replaces its own copies.
+    let again = StdCommand::new(&exe)
+        .args(["demo", "--device", "cpu", "--steps", "2"])
+        .current_dir(&work)
+        .env_remove("PERFKIT_TRACE")
+        .output()
+        .expect("run again");
+    assert!(again.status.success(), "{again:?}");
+    // A `sources/` directory the demo did not write is never overwritten.
+    let other = work.join("elsewhere");
+    std::fs::create_dir_all(other.join("sources")).expect("mkdir");
+    std::fs::write(other.join("sources/mine.rs"), "fn main() {}\n").expect("write");
+    let refused = StdCommand::new(&exe)
+        .args([
+            "demo",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--out",
+            "elsewhere",
+        ])
+        .current_dir(&work)
+        .env_remove("PERFKIT_TRACE")
+        .output()
+        .expect("run refused");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("elsewhere/sources exists and was not written by `perfkit demo`"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.join("sources/mine.rs")).expect("read"),
+        "fn main() {}\n"
+    );
 }
 
 /// The `run:` commands of the workflow in docs/ci.md, by step name, and the lines of the

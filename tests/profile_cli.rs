@@ -636,6 +636,22 @@ fn fake_workspace(root: &Path) -> PathBuf {
          \n\
          fn main() {}\n",
     );
+    // Another binary of the package, with a finding of its own: not the program that ran.
+    write(
+        "crates/app/src/bin/other.rs",
+        "use candle_core::Tensor;\n\
+         \n\
+         pub fn train(opt: &mut candle_nn::AdamW, batches: &[Tensor]) -> candle_core::Result<()> {\n\
+         \x20   for xs in batches {\n\
+         \x20       let loss = xs.sqr()?.mean_all()?;\n\
+         \x20       opt.backward_step(&loss)?;\n\
+         \x20       println!(\"{}\", loss.to_scalar::<f32>()?);\n\
+         \x20   }\n\
+         \x20   Ok(())\n\
+         }\n\
+         \n\
+         fn main() {}\n",
+    );
     let exe = root.join("target/debug/trainer");
     std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(example(), &exe).unwrap();
@@ -662,7 +678,7 @@ fn without_lint_the_package_that_built_the_program_is_linted() {
     assert!(
         stderr
             .lines()
-            .any(|l| l == "lint: ws/crates/app/ (package app-kernels, from target/debug/trainer)"),
+            .any(|l| l == "lint: ws/crates/app/src/trainer.rs (package app-kernels, from target/debug/trainer)"),
         "{stderr}"
     );
     let s = read_summary(&run);
@@ -673,6 +689,13 @@ fn without_lint_the_package_that_built_the_program_is_linted() {
             && f["location"]
                 .as_str()
                 .is_some_and(|l| l.contains("trainer.rs:8"))),
+        "{findings:?}"
+    );
+    // Only the target that ran: the package's other binary is not linted with it.
+    assert!(
+        !findings.iter().any(|f| f["location"]
+            .as_str()
+            .is_some_and(|l| l.contains("other.rs"))),
         "{findings:?}"
     );
 }

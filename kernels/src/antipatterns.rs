@@ -7,7 +7,7 @@
 //! | `--readback-every-step` | PK101 | copies the step's loss to the host every step (a blocking D2H copy) |
 //! | `--sync-every-step` | PK102 | synchronizes the stream at the end of every step |
 //! | `--cpu-then-copy` | PK201 | builds zeroed activation buffers on the host and uploads them every step |
-//! | `--alloc-every-step` | PK202 | allocates fresh activation buffers on the device every step |
+//! | `--alloc-every-step` | PK202 | allocates fresh activation buffers on the device every step (on the CPU: fresh activation and gradient buffers on the host) |
 //! | `--per-sample-upload` | PK203 | uploads the batch one sample at a time, then stacks the rows on the device |
 //! | `--pageable` | PK303 | uploads the batch straight from its pageable `Vec` instead of pinned memory |
 
@@ -118,4 +118,12 @@ pub fn upload_pageable(
     stream.memcpy_htod(&host.x, &mut device.x)?;
     stream.memcpy_htod(&host.labels, &mut device.labels)?;
     Ok(())
+}
+
+/// PK202's CPU twin: allocates the model's activation and gradient buffers (about 5 MiB
+/// for the default shape and batch) afresh every step, in an `alloc_buffers` span. A CPU pays
+/// for it too: the allocator hands back memory that has to be zeroed (or faulted in) again.
+pub fn alloc_host_buffers_every_step(model: &mut crate::cpu_model::CpuMlp) {
+    let _span = tracing::info_span!("alloc_buffers").entered();
+    model.reallocate_buffers();
 }

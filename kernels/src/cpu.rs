@@ -64,6 +64,104 @@ pub fn gemm(
     }
 }
 
+/// [`gemm`] on `threads` threads (at most one per row of `c`): the rows of `c` are split into
+/// contiguous blocks, one per thread, each an independent single-threaded product. Same
+/// results as [`gemm`] (each element is computed by the same code), so the CPU trainer can
+/// give the model exactly the cores its loader workers leave.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_threads(
+    threads: usize,
+    trans_a: bool,
+    trans_b: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
+    let threads = threads.clamp(1, m.max(1));
+    if threads == 1 || n == 0 || k == 0 {
+        gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+        return;
+    }
+    assert_eq!(a.len(), m * k, "gemm: `a` must hold m*k elements");
+    assert_eq!(b.len(), k * n, "gemm: `b` must hold k*n elements");
+    assert_eq!(c.len(), m * n, "gemm: `c` must hold m*n elements");
+    let block = m.div_ceil(threads);
+    // Row r of op(a) starts at a[r * k] when `a` is stored as is, at a[r] when transposed.
+    let row_stride = if trans_a { 1 } else { k };
+    std::thread::scope(|scope| {
+        for (i, c_block) in c.chunks_mut(block * n).enumerate() {
+            let rows = c_block.len() / n;
+            let a_block = &a[i * block * row_stride..];
+            scope.spawn(move || {
+                gemm_rows(
+                    trans_a, trans_b, m, rows, n, k, alpha, a_block, b, beta, c_block,
+                )
+            });
+        }
+    });
+}
+
+/// `rows` rows of a product whose op(a) has `m` rows in all; `a` starts at the first of them.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows(
+    trans_a: bool,
+    trans_b: bool,
+    m: usize,
+    rows: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
+    let (rsa, csa) = if trans_a {
+        (1, m as isize)
+    } else {
+        (k as isize, 1)
+    };
+    let (rsb, csb) = if trans_b {
+        (1, k as isize)
+    } else {
+        (n as isize, 1)
+    };
+    // The last element read of `a` is at (rows - 1) * rsa + (k - 1) * csa from its start.
+    let last = (rows - 1) * rsa as usize + (k - 1) * csa as usize;
+    assert!(last < a.len(), "gemm: a row block runs past `a`");
+    assert_eq!(
+        c.len(),
+        rows * n,
+        "gemm: a row block of `c` has the wrong size"
+    );
+    // SAFETY: every element read of `a` lies within the slice (checked just above), `b` holds
+    // k*n elements (checked by the caller) and `c` is a unique borrow of exactly rows*n
+    // elements that aliases neither.
+    unsafe {
+        matrixmultiply::sgemm(
+            rows,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
 /// Twin of `fill_uniform`: `out[i] = lo + (hi - lo) * U(seed, tag, i)`.
 pub fn fill_uniform(out: &mut [f32], seed: u32, tag: u32, lo: f32, hi: f32) {
     for (i, o) in out.iter_mut().enumerate() {
@@ -255,6 +353,33 @@ pub fn sgd_momentum(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemm_on_threads_gives_the_single_threaded_result() {
+        let (m, n, k) = (37, 11, 23);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.25)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.5)
+            .collect();
+        for trans_a in [false, true] {
+            for trans_b in [false, true] {
+                let mut one = vec![1.0f32; m * n];
+                gemm(trans_a, trans_b, m, n, k, 0.5, &a, &b, 0.25, &mut one);
+                for threads in [2, 3, 4, 37, 100] {
+                    let mut many = vec![1.0f32; m * n];
+                    gemm_threads(
+                        threads, trans_a, trans_b, m, n, k, 0.5, &a, &b, 0.25, &mut many,
+                    );
+                    assert_eq!(
+                        many, one,
+                        "trans_a {trans_a} trans_b {trans_b} threads {threads}"
+                    );
+                }
+            }
+        }
+    }
 
     fn naive(
         trans_a: bool,

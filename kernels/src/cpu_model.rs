@@ -9,6 +9,7 @@ pub struct CpuMlp {
     shape: MlpShape,
     sgd: SgdConfig,
     rows: usize,
+    threads: usize,
     params: [Vec<f32>; 4],
     velocity: [Vec<f32>; 4],
     grads: [Vec<f32>; 4],
@@ -47,6 +48,7 @@ impl CpuMlp {
             shape,
             sgd,
             rows,
+            threads: 1,
             params: init_params(&shape, seed),
             velocity: std::array::from_fn(|i| vec![0.0; lens[i]]),
             grads: std::array::from_fn(|i| vec![0.0; lens[i]]),
@@ -56,6 +58,25 @@ impl CpuMlp {
             dlogits: vec![0.0; rows * shape.classes],
             dhidden: vec![0.0; rows * shape.hidden],
         }
+    }
+
+    /// Runs the matrix products on `threads` threads (default 1; same results).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    /// Drops the activation and gradient buffers and allocates zeroed ones of the same sizes
+    /// (what the `--alloc-every-step` anti-pattern does every step; the results are the same,
+    /// since every pass overwrites its buffers).
+    pub fn reallocate_buffers(&mut self) {
+        let lens = self.shape.param_lens();
+        let rows = self.rows;
+        self.grads = std::array::from_fn(|i| vec![0.0; lens[i]]);
+        self.hidden = vec![0.0; rows * self.shape.hidden];
+        self.logits = vec![0.0; rows * self.shape.classes];
+        self.probs = vec![0.0; rows * self.shape.classes];
+        self.dlogits = vec![0.0; rows * self.shape.classes];
+        self.dhidden = vec![0.0; rows * self.shape.hidden];
     }
 
     /// The gradients of the last [`CpuMlp::backward`], `[dw1, db1, dw2, db2]`.
@@ -78,7 +99,8 @@ impl CpuMlp {
             "forward: batch size differs from the model's"
         );
         let [w1, b1, w2, b2] = &self.params;
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             false,
             rows,
@@ -91,7 +113,8 @@ impl CpuMlp {
             &mut self.hidden,
         );
         cpu::bias_act_fwd(&mut self.hidden, b1, rows, hidden, true);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             false,
             rows,
@@ -118,7 +141,8 @@ impl CpuMlp {
         let [dw1, db1, dw2, db2] = &mut self.grads;
         let w2 = &self.params[2];
         cpu::softmax_xent_bwd(&self.probs, labels, &mut self.dlogits, classes);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             true,
             false,
             hidden,
@@ -131,7 +155,8 @@ impl CpuMlp {
             dw2,
         );
         cpu::bias_act_bwd(&self.logits, &mut self.dlogits, db2, rows, classes, false);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             false,
             true,
             rows,
@@ -144,7 +169,8 @@ impl CpuMlp {
             &mut self.dhidden,
         );
         cpu::bias_act_bwd(&self.hidden, &mut self.dhidden, db1, rows, hidden, true);
-        cpu::gemm(
+        cpu::gemm_threads(
+            self.threads,
             true,
             false,
             input,

@@ -27,12 +27,59 @@ impl Batch {
     }
 }
 
+/// How the loader gets each sample's features.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// Generated straight into the batch (a few µs a sample).
+    #[default]
+    Raw,
+    /// Each sample goes through a CSV record: its features are written as one line of
+    /// comma-separated fields (each `f32`'s bits in hexadecimal), then parsed back, the work of
+    /// a loader that decodes text records (tens of µs a sample, comparable to decoding a small
+    /// image). The bits round-trip, so the values are exactly those of [`Raw`](Self::Raw).
+    Csv,
+}
+
 /// Produces batch `index` of size `rows` into `batch`, reusing its allocations.
 pub fn fill_batch(batch: &mut Batch, spec: &TaskSpec, rows: usize, index: u64) {
+    fill_batch_as(batch, spec, rows, index, RecordFormat::Raw);
+}
+
+/// [`fill_batch`], with each sample decoded from a record of `format`.
+pub fn fill_batch_as(
+    batch: &mut Batch,
+    spec: &TaskSpec,
+    rows: usize,
+    index: u64,
+    format: RecordFormat,
+) {
     batch.index = index;
     batch.x.resize(rows * spec.dim, 0.0);
     batch.labels.resize(rows, 0);
     cpu::synth_batch(&mut batch.x, &mut batch.labels, spec, index * rows as u64);
+    if format == RecordFormat::Csv && spec.dim > 0 {
+        let mut line = String::new();
+        for row in batch.x.chunks_mut(spec.dim) {
+            csv_round_trip(row, &mut line);
+        }
+    }
+}
+
+/// Writes `row` as one CSV line into `line`, then parses it back into `row`.
+fn csv_round_trip(row: &mut [f32], line: &mut String) {
+    use std::fmt::Write as _;
+    line.clear();
+    for (i, v) in row.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        // Writing into a String cannot fail.
+        let _ = write!(line, "{sep}{:08x}", v.to_bits());
+    }
+    for (out, field) in row.iter_mut().zip(line.split(',')) {
+        // The text was printed from an f32 just above, so it always parses.
+        if let Ok(bits) = u32::from_str_radix(field, 16) {
+            *out = f32::from_bits(bits);
+        }
+    }
 }
 
 struct Worker {
@@ -54,6 +101,7 @@ pub struct HostLoader {
     end: u64,
     workers: Vec<Worker>,
     inline_spare: Option<Batch>,
+    format: RecordFormat,
 }
 
 impl std::fmt::Debug for HostLoader {
@@ -73,6 +121,19 @@ impl HostLoader {
     /// `prefetch` (at least 1) batches buffered per worker.
     #[must_use]
     pub fn new(spec: TaskSpec, rows: usize, batches: u64, workers: usize, prefetch: usize) -> Self {
+        Self::with_format(spec, rows, batches, workers, prefetch, RecordFormat::Raw)
+    }
+
+    /// [`HostLoader::new`], decoding each sample from a record of `format`.
+    #[must_use]
+    pub fn with_format(
+        spec: TaskSpec,
+        rows: usize,
+        batches: u64,
+        workers: usize,
+        prefetch: usize,
+        format: RecordFormat,
+    ) -> Self {
         let prefetch = prefetch.max(1);
         let workers = (0..workers as u64)
             .map(|w| {
@@ -88,7 +149,7 @@ impl HostLoader {
                             {
                                 let _span =
                                     tracing::info_span!("load_batch", batch = index).entered();
-                                fill_batch(&mut batch, &spec, rows, index);
+                                fill_batch_as(&mut batch, &spec, rows, index, format);
                             }
                             if tx.send(batch).is_err() {
                                 // The loader was dropped: stop producing.
@@ -114,6 +175,7 @@ impl HostLoader {
             end: batches,
             workers,
             inline_spare: None,
+            format,
         }
     }
 
@@ -133,7 +195,7 @@ impl HostLoader {
             }
         }
         let mut batch = self.inline_spare.take().unwrap_or_default();
-        fill_batch(&mut batch, &self.spec, self.rows, index);
+        fill_batch_as(&mut batch, &self.spec, self.rows, index, self.format);
         Some(batch)
     }
 
@@ -199,6 +261,22 @@ mod tests {
         assert_eq!(collect(1, 2), inline);
         assert_eq!(collect(3, 1), inline);
         assert_eq!(collect(8, 4), inline);
+    }
+
+    #[test]
+    fn csv_records_decode_to_the_same_batches() {
+        let spec = TaskSpec { dim: 50, ..spec() };
+        let mut raw = Batch::default();
+        let mut csv = Batch::default();
+        for index in 0..5 {
+            fill_batch(&mut raw, &spec, 9, index);
+            fill_batch_as(&mut csv, &spec, 9, index, RecordFormat::Csv);
+            assert_eq!(raw, csv, "batch {index}");
+        }
+        let mut loader = HostLoader::with_format(spec, 9, 3, 2, 1, RecordFormat::Csv);
+        let first = loader.next_batch().unwrap();
+        fill_batch(&mut raw, &spec, 9, 0);
+        assert_eq!(first, raw);
     }
 
     #[test]

@@ -21,5 +21,6 @@ pub mod data;
 pub mod gpu;
 pub mod nvrtc;
 pub mod rng;
+pub mod sources;
 pub mod task;
 pub mod train;

@@ -8,7 +8,7 @@ use tracing::info_span;
 
 use crate::antipatterns;
 use crate::cpu_model::CpuMlp;
-use crate::data::{Batch, HostLoader, fill_batch};
+use crate::data::{Batch, HostLoader, RecordFormat, fill_batch_as};
 use crate::gpu::{GpuError, GpuMlp};
 use crate::task::{MlpShape, SgdConfig, TaskSpec};
 
@@ -83,8 +83,9 @@ pub struct TrainConfig {
     pub batch_size: usize,
     /// Seed of data and parameters (default 0).
     pub seed: u32,
-    /// Host data worker threads; 0 generates batches inline (default 4).
-    pub workers: usize,
+    /// Host data worker threads: `None` sizes them to the machine ([`auto_workers`]), `Some(0)`
+    /// generates each batch inline on the training thread (default `None`).
+    pub workers: Option<usize>,
     /// Batches buffered per worker (default 2).
     pub prefetch: usize,
     /// Model shape (default 784 -> 1024 -> 10).
@@ -95,6 +96,9 @@ pub struct TrainConfig {
     pub noise_scale: f32,
     /// Where batches come from (default [`DataSource::Host`]).
     pub data: DataSource,
+    /// How the host loader gets each sample (default [`RecordFormat::Raw`]; `Csv` adds the
+    /// real cost of decoding text records, same values).
+    pub records: RecordFormat,
     /// Print the loss every this many steps (default 10).
     pub log_every: u64,
     /// Anti-pattern switches (default all off).
@@ -111,12 +115,13 @@ impl Default for TrainConfig {
             steps: 200,
             batch_size: 256,
             seed: 0,
-            workers: 4,
+            workers: None,
             prefetch: 2,
             shape: MlpShape::default(),
             sgd: SgdConfig::default(),
             noise_scale: 1.0,
             data: DataSource::Host,
+            records: RecordFormat::Raw,
             log_every: 10,
             anti: AntiPatterns::default(),
             step_delay: Duration::ZERO,
@@ -130,6 +135,68 @@ impl TrainConfig {
     pub fn task(&self) -> TaskSpec {
         self.shape.task(self.seed, self.noise_scale)
     }
+}
+
+/// Most loader workers [`auto_workers`] starts: four keep any GPU of this workload fed.
+pub const MAX_AUTO_WORKERS: usize = 4;
+
+/// How many loader workers a machine with `cores` usable cores gets, leaving cores to the
+/// model. On the CPU the workers get half the cores (1 core loads inline, 2 cores get 1
+/// worker, 8 cores get 4): the model's matrix products run on every core, and the workers,
+/// which only run while they refill their prefetch buffers, fit in the time the products
+/// leave. On a GPU the model needs one core to drive the device, so the workers get the
+/// rest. At most [`MAX_AUTO_WORKERS`]. More workers than that (four on two cores) make the
+/// workers and the model fight for the same cores, which is slower than loading inline.
+#[must_use]
+pub fn auto_workers(cores: usize, on_gpu: bool) -> usize {
+    let spare = if on_gpu {
+        cores.saturating_sub(1)
+    } else {
+        cores / 2
+    };
+    spare.min(MAX_AUTO_WORKERS)
+}
+
+/// The loader workers of a run and the note that says how they were chosen.
+fn loader_workers(cfg: &TrainConfig, on_gpu: bool) -> (usize, String) {
+    if cfg.data == DataSource::Device {
+        return (0, "data: batches generated on the device".to_string());
+    }
+    match cfg.workers {
+        Some(0) => (
+            0,
+            "data: loaded inline on the training thread (--workers 0)".to_string(),
+        ),
+        Some(n) => (
+            n,
+            format!("data: {n} loader worker{} (--workers {n})", plural(n)),
+        ),
+        None => {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+            let n = auto_workers(cores, on_gpu);
+            let model = if on_gpu {
+                "1 drives the GPU"
+            } else {
+                "the model's matrix products use them all"
+            };
+            let what = if n == 0 {
+                "loaded inline on the training thread".to_string()
+            } else {
+                format!("{n} loader worker{}", plural(n))
+            };
+            (
+                n,
+                format!(
+                    "data: {what}, sized to the machine ({cores} core{}: {model}; --workers N to choose)",
+                    plural(cores)
+                ),
+            )
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Something worth telling the user while training.
@@ -279,24 +346,41 @@ fn log_due(cfg: &TrainConfig, step: u64) -> bool {
 }
 
 fn train_cpu(cfg: &TrainConfig, progress: &mut dyn FnMut(Progress)) -> TrainReport {
-    if cfg.anti.any() {
-        let on: Vec<_> = cfg
-            .anti
-            .flags()
-            .iter()
-            .filter(|f| f.2)
-            .map(|f| f.0)
-            .collect();
+    // --alloc-every-step has a CPU twin (fresh host buffers every step); the other switches
+    // only change the GPU path.
+    if cfg.anti.alloc_every_step {
+        progress(Progress::Note(
+            "--alloc-every-step: the CPU run allocates its activation and gradient buffers \
+             afresh every step"
+                .to_string(),
+        ));
+    }
+    let gpu_only: Vec<_> = cfg
+        .anti
+        .flags()
+        .iter()
+        .filter(|f| f.2 && f.0 != "--alloc-every-step")
+        .map(|f| f.0)
+        .collect();
+    if !gpu_only.is_empty() {
         progress(Progress::Note(format!(
             "{} only change the GPU path; the CPU run is the same as without them",
-            on.join(", ")
+            gpu_only.join(", ")
         )));
     }
+    let (workers, note) = loader_workers(cfg, false);
+    progress(Progress::Note(note));
     let spec = cfg.task();
     let rows = cfg.batch_size;
     let mut model = CpuMlp::new(cfg.shape, cfg.sgd, rows, cfg.seed);
-    let mut loader = (cfg.data == DataSource::Host)
-        .then(|| HostLoader::new(spec, rows, cfg.steps, cfg.workers, cfg.prefetch));
+    // The model's matrix products use every core: the loader workers (half the cores at
+    // most) only run while they fill their prefetch buffers, and a product's threads block
+    // (never spin) while they wait for each other, so they give way to the workers.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    model.set_threads(cores);
+    let mut loader = (cfg.data == DataSource::Host).then(|| {
+        HostLoader::with_format(spec, rows, cfg.steps, workers, cfg.prefetch, cfg.records)
+    });
     let mut inline = Batch::default();
     let mut losses = Vec::with_capacity(usize::try_from(cfg.steps).unwrap_or(0));
     let start = Instant::now();
@@ -308,11 +392,14 @@ fn train_cpu(cfg: &TrainConfig, progress: &mut dyn FnMut(Progress)) -> TrainRepo
                 Some(batch) => batch,
                 None => {
                     let mut b = std::mem::take(&mut inline);
-                    fill_batch(&mut b, &spec, rows, step);
+                    fill_batch_as(&mut b, &spec, rows, step, cfg.records);
                     b
                 }
             }
         };
+        if cfg.anti.alloc_every_step {
+            antipatterns::alloc_host_buffers_every_step(&mut model);
+        }
         let loss = {
             let _forward = info_span!("forward").entered();
             model.forward(&batch.x, &batch.labels)
@@ -371,8 +458,11 @@ fn train_gpu(
     let spec = cfg.task();
     let rows = cfg.batch_size;
     let shape = model.shape();
-    let mut loader = (cfg.data == DataSource::Host)
-        .then(|| HostLoader::new(spec, rows, cfg.steps, cfg.workers, cfg.prefetch));
+    let (workers, note) = loader_workers(cfg, true);
+    progress(Progress::Note(note));
+    let mut loader = (cfg.data == DataSource::Host).then(|| {
+        HostLoader::with_format(spec, rows, cfg.steps, workers, cfg.prefetch, cfg.records)
+    });
 
     // Warm-up outside the timed loop: cuBLAS and module initialisation happen on the
     // first calls. No optimizer step, so the parameters are unchanged.
@@ -459,7 +549,7 @@ mod tests {
                 hidden: 32,
                 classes: 10,
             },
-            workers: 0,
+            workers: Some(0),
             ..TrainConfig::default()
         }
     }
@@ -516,10 +606,73 @@ mod tests {
     }
 
     #[test]
+    fn loader_workers_leave_cores_to_the_model() {
+        // The CPU model gets half the cores, a GPU one; never more than four workers.
+        let cpu: Vec<usize> = [1, 2, 3, 4, 8, 64].map(|c| auto_workers(c, false)).to_vec();
+        assert_eq!(cpu, vec![0, 1, 1, 2, 4, 4]);
+        let gpu: Vec<usize> = [1, 2, 4, 64].map(|c| auto_workers(c, true)).to_vec();
+        assert_eq!(gpu, vec![0, 1, 3, 4]);
+    }
+
+    #[test]
+    fn the_run_says_how_many_loader_workers_it_uses_and_why() {
+        let notes = |cfg: &TrainConfig| {
+            let mut notes = Vec::new();
+            train(cfg, &mut |p| {
+                if let Progress::Note(n) = p {
+                    notes.push(n);
+                }
+            })
+            .unwrap();
+            notes
+        };
+        let mut cfg = small(2);
+        cfg.workers = None;
+        let auto = notes(&cfg);
+        assert!(
+            auto.iter()
+                .any(|n| n.starts_with("data: ") && n.contains("sized to the machine")),
+            "{auto:?}"
+        );
+        cfg.workers = Some(0);
+        let inline = notes(&cfg);
+        assert!(
+            inline
+                .contains(&"data: loaded inline on the training thread (--workers 0)".to_string()),
+            "{inline:?}"
+        );
+    }
+
+    #[test]
+    fn allocating_the_cpu_buffers_every_step_trains_identically_and_says_so() {
+        let tuned = train(&small(5), &mut |_| {}).unwrap();
+        let mut cfg = small(5);
+        cfg.anti.alloc_every_step = true;
+        let mut notes = Vec::new();
+        let anti = train(&cfg, &mut |p| {
+            if let Progress::Note(n) = p {
+                notes.push(n);
+            }
+        })
+        .unwrap();
+        assert_eq!(anti.losses, tuned.losses);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("--alloc-every-step: the CPU run allocates")),
+            "{notes:?}"
+        );
+        assert!(
+            !notes.iter().any(|n| n.contains("only change the GPU path")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
     fn workers_do_not_change_the_result() {
         let inline = train(&small(6), &mut |_| {}).unwrap();
         let mut cfg = small(6);
-        cfg.workers = 3;
+        cfg.workers = Some(3);
         let with_workers = train(&cfg, &mut |_| {}).unwrap();
         assert_eq!(inline.losses, with_workers.losses);
     }

@@ -18,7 +18,7 @@ fn small_config() -> TrainConfig {
     cfg.steps = 60;
     cfg.batch_size = 64;
     cfg.seed = 7;
-    cfg.workers = 2;
+    cfg.workers = Some(2);
     cfg.shape = MlpShape {
         input: 64,
         hidden: 64,

@@ -37,6 +37,10 @@ pub mod summary;
 mod sys;
 mod writer;
 
+/// The `tracing` crate whose spans perfkit records, re-exported so that an instrumented program
+/// needs no dependency of its own: `use perfkit_profiler::tracing::info_span;`.
+pub use tracing;
+
 pub use encode::TraceWriter;
 pub use init::{BoxedLayer, Builder, Guard, InitError, Stats, TRACE_ENV, init};
 pub use layer::PerfLayer;

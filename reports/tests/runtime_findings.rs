@@ -368,3 +368,30 @@ fn findings_are_sorted_by_cost() {
     let costs: Vec<u64> = f.iter().map(|x| x.cost_per_step_ns.unwrap_or(0)).collect();
     assert!(costs.windows(2).all(|w| w[0] >= w[1]), "{costs:?}");
 }
+
+/// The README's instrumentation pattern: each batch fetched in a `data` span just before the
+/// `step` span opens (`while let Some(batch) = info_span!("data").in_scope(|| batches.next())`),
+/// on the thread that drives the GPU, while the GPU has nothing queued. PK301 sees that loader.
+#[test]
+fn a_data_span_around_the_fetch_before_each_step_is_seen_by_pk301() {
+    let mut s = Synth::new(Vec::new(), "train", 1, None, 0);
+    for step in 0..10 {
+        s.enter(0, "data", None);
+        s.work(600_000);
+        s.exit(0);
+        s.enter(0, "step", Some(step));
+        s.upload(0, 1 << 20, true, COMPUTE, 31);
+        s.kernel(0, "gemm_fwd", COMPUTE, 900_000, false);
+        s.work(900_000);
+        s.exit(0);
+    }
+    s.sync(0, 99);
+    let f = findings_of(&s.finish(false), &ProfileConfig::default());
+    let pk301 = one(&f, "PK301");
+    assert_eq!(pk301.location.as_deref(), Some("src/train.rs:44"));
+    assert!(pk301.message.contains("(data)"), "{}", pk301.message);
+    assert!(
+        pk301.cost_per_step_ns.expect("cost") >= 300_000,
+        "{pk301:#?}"
+    );
+}

@@ -17,9 +17,10 @@ trace and summary.md. A program that does not link perfkit-profiler is run with 
 injection when a CUDA driver is present (--inject forces it, --no-inject turns it off).
 
 Without --lint, a program that cargo built (target/<profile>/NAME, target/<triple>/<profile>/NAME
-or target/<profile>/examples/NAME, found through PATH too) has its package linted: the member of
-the workspace around target/ that has a bin or example target NAME. --no-lint turns that off; a
-program outside a cargo target directory is not linted.
+or target/<profile>/examples/NAME, found through PATH too) has its sources linted: the bin or
+example target NAME of the workspace around target/, as cargo compiles it (its root file and the
+modules it declares, plus the package's library when it uses it; not the package's other
+binaries). --no-lint turns that off; a program outside a cargo target directory is not linted.
 
 Exit status: the program's own exit code, or 128 + N when signal N ended it (as in a shell);
 127 when the program is not found, 126 when it cannot be executed, 2 for perfkit's own errors
@@ -63,12 +64,13 @@ pub struct ProfileArgs {
 
     /// Lint these Rust files or directories too, and show their findings next to the runtime
     /// ones; a lint finding whose line also shows up at run time is marked confirmed, with its
-    /// measured cost [default: the package that built PROGRAM, when PROGRAM lies in a cargo
-    /// target directory such as target/release/ or target/debug/examples/]
+    /// measured cost [default: the sources of the target that built PROGRAM (its module tree,
+    /// and the package's library when it uses it), when PROGRAM lies in a cargo target
+    /// directory such as target/release/ or target/debug/examples/]
     #[arg(long, value_name = "PATH", num_args = 1, conflicts_with = "no_lint")]
     lint: Vec<PathBuf>,
 
-    /// Lint nothing, not even the package that built PROGRAM
+    /// Lint nothing, not even the sources of the target that built PROGRAM
     #[arg(long)]
     no_lint: bool,
 
@@ -225,7 +227,7 @@ fn lint_target(args: &ProfileArgs, program: &std::ffi::OsStr) -> (Vec<PathBuf>, 
     match find_crate::find_crate(program, path_var.as_deref(), &cwd) {
         Some(found) => {
             let line = found.describe(&cwd);
-            (vec![found.dir], Some(line))
+            (found.files, Some(line))
         }
         None => (Vec::new(), None),
     }

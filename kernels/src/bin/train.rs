@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
+use perfkit_kernels::data::RecordFormat;
 use perfkit_kernels::task::{MlpShape, SgdConfig};
 use perfkit_kernels::train::{
     AntiPatterns, DataSource, DeviceChoice, Progress, TrainConfig, train,
@@ -36,6 +37,14 @@ enum DataArg {
     Device,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RecordsArg {
+    /// Generated in place.
+    Raw,
+    /// Written as a CSV line and parsed back (the cost of decoding text records).
+    Csv,
+}
+
 /// Trains an MLP (784 -> hidden -> 10) on a synthetic, learnable classification task,
 /// instrumented with perfkit-profiler (run it under `perfkit profile`).
 ///
@@ -57,9 +66,10 @@ struct Cli {
     /// Seed of the data and the initial parameters.
     #[arg(long, default_value_t = 0)]
     seed: u32,
-    /// Host data worker threads (0 = generate each batch inline when it is needed).
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
+    /// Host data worker threads (0 = generate each batch inline when it is needed)
+    /// [default: sized to the machine, leaving cores to the model]
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
     /// Batches each worker prepares ahead.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
@@ -75,6 +85,10 @@ struct Cli {
     /// Where batches come from.
     #[arg(long, value_enum, default_value = "host")]
     data: DataArg,
+    /// How the host loader gets each sample: `raw` (generated in place) or `csv` (written as a
+    /// line of text and parsed back: the cost of decoding text records, same values).
+    #[arg(long, value_enum, default_value = "raw")]
+    records: RecordsArg,
     /// Print the loss every N steps.
     #[arg(long, default_value_t = 10)]
     log_every: u64,
@@ -139,6 +153,10 @@ impl Cli {
         cfg.data = match self.data {
             DataArg::Host => DataSource::Host,
             DataArg::Device => DataSource::Device,
+        };
+        cfg.records = match self.records {
+            RecordsArg::Raw => RecordFormat::Raw,
+            RecordsArg::Csv => RecordFormat::Csv,
         };
         cfg.log_every = self.log_every;
         cfg.step_delay = Duration::from_micros(self.step_delay_us);
@@ -262,8 +280,10 @@ fn child_step_time(
         .args(["--hidden", &cli.hidden.to_string()])
         .args(["--lr", &cli.lr.to_string()])
         .args(["--noise", &cli.noise.to_string()])
-        .args(["--workers", &cli.workers.to_string()])
         .args(["--seed", &cli.seed.to_string()]);
+    if let Some(workers) = cli.workers {
+        cmd.args(["--workers", &workers.to_string()]);
+    }
     if let Some(flag) = variant.flag {
         cmd.arg(flag);
     }

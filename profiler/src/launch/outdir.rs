@@ -176,9 +176,12 @@ impl OutputDir {
         }
         let marker = root.join(RUN_MARKER);
         let mut file = lock.file;
+        // Reading the previous marker moved the file's cursor: rewrite it from the start, or
+        // the new text lands after a run of NUL bytes and the next run cannot read it.
         file.set_len(0)
             .and_then(|()| {
-                use std::io::Write as _;
+                use std::io::{Seek as _, Write as _};
+                file.rewind()?;
                 write!(file, "{MARKER_HEADER}\npid {}\n", std::process::id())
             })
             .map_err(io_err(&marker))?;
@@ -446,6 +449,23 @@ mod tests {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&[1, 0, 0, 0]);
         b
+    }
+
+    #[test]
+    fn a_directory_can_be_reused_with_force_run_after_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        for run in 0..3 {
+            let out = OutputDir::prepare(Some(&dir), OsStr::new("x"), run > 0).unwrap();
+            std::fs::write(dir.join("report.html"), b"x").unwrap();
+            drop(out);
+            let marker = std::fs::read_to_string(dir.join(RUN_MARKER)).unwrap();
+            assert_eq!(
+                marker,
+                format!("{MARKER_HEADER}\npid {}\n", std::process::id()),
+                "run {run}"
+            );
+        }
     }
 
     #[test]

@@ -11,10 +11,14 @@ const MAX_ROWS: usize = 25;
 const MAX_NAME: usize = 40;
 
 /// What a user adds to a program so that `perfkit profile` records it.
+/// The dependency is a path to a clone of perfkit until the crates are published.
 pub const INSTRUMENT_HINT: &str = concat!(
-    "  1. Cargo.toml, [dependencies]:      perfkit-profiler = \"0.1\"\n",
-    "  2. first line of main():            let _perfkit = perfkit_profiler::init();\n",
-    "  3. around each training step:       let _step = tracing::info_span!(\"step\").entered();",
+    "  1. Cargo.toml, [dependencies]:  perfkit-profiler = { path = \"../perfkit/profiler\" }\n",
+    "     (a clone of perfkit beside your project; not on crates.io yet)\n",
+    "  2. first line of main():        let _perfkit = perfkit_profiler::init();\n",
+    "  3. fetch each batch in a span:  use perfkit_profiler::tracing::info_span;\n",
+    "                                  while let Some(batch) = info_span!(\"data\").in_scope(|| batches.next()) {\n",
+    "  4. around each training step:      let _step = info_span!(\"step\").entered();",
 );
 
 /// `812 ns`, `15.3 µs`, `4.21 ms`, `1.93 s`, `2 min 5 s`: three significant digits.

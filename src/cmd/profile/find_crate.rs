@@ -14,6 +14,10 @@ pub(crate) struct FoundCrate {
     pub dir: PathBuf,
     /// The package's name.
     pub package: String,
+    /// The source files of the target that was run, as cargo compiles it: its root file and
+    /// the modules it declares, then the package's library and its modules when the target
+    /// uses the library (see [`module_tree`]).
+    pub files: Vec<PathBuf>,
     /// The workspace root: the directory holding `target/`.
     pub workspace_root: PathBuf,
     /// The program's path as it was resolved.
@@ -21,21 +25,30 @@ pub(crate) struct FoundCrate {
 }
 
 impl FoundCrate {
-    /// One line for the summary, such as
-    /// `lint: kernels/ (package perfkit-kernels, from target/release/train)`; paths are shown
-    /// relative to `cwd` (the package) and to the workspace root (the program) where possible.
+    /// One line for the summary, such as `lint: kernels/src/bin/train.rs and 12 more files
+    /// (package perfkit-kernels, from target/release/train)`; paths are shown relative to `cwd`
+    /// (the sources) and to the workspace root (the program) where possible.
     pub(crate) fn describe(&self, cwd: &Path) -> String {
-        let dir = match self.dir.strip_prefix(cwd) {
-            Ok(rel) if rel.as_os_str().is_empty() => "./".to_owned(),
-            Ok(rel) => format!("{}/", rel.display()),
-            Err(_) => format!("{}/", self.dir.display()),
+        let shown = |p: &Path| match p.strip_prefix(cwd) {
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        };
+        let files = match self.files.as_slice() {
+            [] => "no files".to_owned(),
+            [one] => shown(one),
+            [first, rest @ ..] => format!(
+                "{} and {} more file{}",
+                shown(first),
+                rest.len(),
+                if rest.len() == 1 { "" } else { "s" }
+            ),
         };
         let exe = self
             .executable
             .strip_prefix(&self.workspace_root)
             .unwrap_or(&self.executable);
         format!(
-            "lint: {dir} (package {}, from {})",
+            "lint: {files} (package {}, from {})",
             self.package,
             exe.display()
         )
@@ -104,10 +117,11 @@ fn first_package<'a>(
     roots
         .filter(|root| root.join("Cargo.toml").is_file())
         .find_map(|root| {
-            let (dir, package) = find_package(root, name, kind)?;
+            let (dir, package, files) = find_package(root, name, kind)?;
             Some(FoundCrate {
                 dir,
                 package,
+                files,
                 workspace_root: root.to_path_buf(),
                 executable: exe.to_path_buf(),
             })
@@ -170,8 +184,13 @@ enum TargetKind {
 }
 
 /// The directory and name of the package in the workspace at `root` that has a `kind` target
-/// called `name`: the root package first, then the `[workspace] members` in order.
-fn find_package(root: &Path, name: &str, kind: TargetKind) -> Option<(PathBuf, String)> {
+/// called `name`, and the target's source files: the root package first, then the
+/// `[workspace] members` in order.
+fn find_package(
+    root: &Path,
+    name: &str,
+    kind: TargetKind,
+) -> Option<(PathBuf, String, Vec<PathBuf>)> {
     let manifest = read_manifest(&root.join("Cargo.toml"))?;
     let mut dirs = vec![root.to_path_buf()];
     if let Some(workspace) = manifest.get("workspace").and_then(toml::Value::as_table) {
@@ -192,8 +211,9 @@ fn find_package(root: &Path, name: &str, kind: TargetKind) -> Option<(PathBuf, S
         } else {
             read_manifest(&dir.join("Cargo.toml"))?
         };
-        let package = package_with_target(&dir, &manifest, name, kind)?;
-        Some((dir, package))
+        let (package, target_root) = package_with_target(&dir, &manifest, name, kind)?;
+        let files = module_tree(&dir, &manifest, &package, &target_root);
+        Some((dir, package, files))
     })
 }
 
@@ -271,47 +291,184 @@ fn glob_match(pattern: &str, name: &str) -> bool {
     pattern[p..].iter().all(|c| *c == '*')
 }
 
-/// The package's name when the package in `dir` (manifest `manifest`) has a `kind` target
-/// called `name`: declared (`[[bin]]` / `[[example]]`) or found by cargo's conventions
-/// (`src/main.rs`, `src/bin/<name>.rs`, `src/bin/<name>/main.rs`, `examples/<name>.rs`,
+/// The package's name and the target's root file when the package in `dir` (manifest
+/// `manifest`) has a `kind` target called `name`: declared (`[[bin]]` / `[[example]]`, with its
+/// `path` or the conventional one) or found by cargo's conventions (`src/main.rs`,
+/// `src/bin/<name>.rs`, `src/bin/<name>/main.rs`, `examples/<name>.rs`,
 /// `examples/<name>/main.rs`) unless `autobins` / `autoexamples` is off.
 fn package_with_target(
     dir: &Path,
     manifest: &toml::Table,
     name: &str,
     kind: TargetKind,
-) -> Option<String> {
+) -> Option<(String, PathBuf)> {
     let package = manifest.get("package")?.as_table()?;
     let package_name = package.get("name")?.as_str()?;
     let (section, auto_key) = match kind {
         TargetKind::Bin => ("bin", "autobins"),
         TargetKind::Example => ("example", "autoexamples"),
     };
+    let conventional = || -> Option<PathBuf> {
+        let candidates = match kind {
+            TargetKind::Bin => vec![
+                (package_name == name).then(|| dir.join("src/main.rs")),
+                Some(dir.join("src/bin").join(format!("{name}.rs"))),
+                Some(dir.join("src/bin").join(name).join("main.rs")),
+            ],
+            TargetKind::Example => vec![
+                Some(dir.join("examples").join(format!("{name}.rs"))),
+                Some(dir.join("examples").join(name).join("main.rs")),
+            ],
+        };
+        candidates.into_iter().flatten().find(|p| p.is_file())
+    };
     let declared = manifest
         .get(section)
         .and_then(toml::Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|t| t.get("name").and_then(toml::Value::as_str))
-        .any(|n| n == name);
-    if declared {
-        return Some(package_name.to_owned());
+        .find(|t| t.get("name").and_then(toml::Value::as_str) == Some(name));
+    if let Some(target) = declared {
+        let root = match target.get("path").and_then(toml::Value::as_str) {
+            Some(path) => normalize(&dir.join(path)),
+            None => conventional()?,
+        };
+        return Some((package_name.to_owned(), root));
     }
     if package.get(auto_key).and_then(toml::Value::as_bool) == Some(false) {
         return None;
     }
-    let found = match kind {
-        TargetKind::Bin => {
-            (package_name == name && dir.join("src/main.rs").is_file())
-                || dir.join("src/bin").join(format!("{name}.rs")).is_file()
-                || dir.join("src/bin").join(name).join("main.rs").is_file()
-        }
-        TargetKind::Example => {
-            dir.join("examples").join(format!("{name}.rs")).is_file()
-                || dir.join("examples").join(name).join("main.rs").is_file()
-        }
+    conventional().map(|root| (package_name.to_owned(), root))
+}
+
+/// The source files cargo compiles for a target whose root file is `target_root`: the root and
+/// the modules it declares (`mod name;`, `#[path = ".."]` honoured, `#[cfg(test)]` modules left
+/// out), recursively; then, when the target names the package's library crate (`use my_lib::..`,
+/// `my_lib::f()`), the library's root and its modules. Not the package's other binaries,
+/// examples or tests. A file that cannot be read or parsed is listed (the linter reports it) and
+/// not followed.
+pub(crate) fn module_tree(
+    dir: &Path,
+    manifest: &toml::Table,
+    package: &str,
+    target_root: &Path,
+) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    collect_modules(target_root, true, &mut files);
+    let lib = manifest.get("lib").and_then(toml::Value::as_table);
+    let lib_root = match lib
+        .and_then(|l| l.get("path"))
+        .and_then(toml::Value::as_str)
+    {
+        Some(path) => normalize(&dir.join(path)),
+        None => dir.join("src/lib.rs"),
     };
-    found.then(|| package_name.to_owned())
+    let lib_name = lib
+        .and_then(|l| l.get("name"))
+        .and_then(toml::Value::as_str)
+        .map_or_else(|| package.replace('-', "_"), str::to_owned);
+    if lib_root.is_file() && !files.contains(&lib_root) {
+        let uses_lib = files
+            .iter()
+            .any(|f| std::fs::read_to_string(f).is_ok_and(|text| names_crate(&text, &lib_name)));
+        if uses_lib {
+            collect_modules(&lib_root, true, &mut files);
+        }
+    }
+    files
+}
+
+/// Whether `text` refers to the crate `name` by a path (`name::`), as a `use` or a call does.
+fn names_crate(text: &str, name: &str) -> bool {
+    let needle = format!("{name}::");
+    text.match_indices(&needle).any(|(at, _)| {
+        !text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
+/// Adds `file` and the files of the modules it declares to `out`, depth first. A crate root
+/// (`root`) or a `mod.rs` declares its modules beside it; `a.rs` declares them in `a/`.
+fn collect_modules(file: &Path, root: bool, out: &mut Vec<PathBuf>) {
+    if out.iter().any(|f| f == file) || out.len() > 10_000 {
+        return;
+    }
+    out.push(file.to_path_buf());
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return;
+    };
+    let Ok(ast) = syn::parse_file(&text) else {
+        return;
+    };
+    let parent = file.parent().unwrap_or(Path::new("."));
+    let module_dir = if root || file.file_name().is_some_and(|n| n == "mod.rs") {
+        parent.to_path_buf()
+    } else {
+        parent.join(file.file_stem().unwrap_or_default())
+    };
+    modules_in(&ast.items, parent, &module_dir, out);
+}
+
+fn modules_in(items: &[syn::Item], file_dir: &Path, module_dir: &Path, out: &mut Vec<PathBuf>) {
+    for item in items {
+        let syn::Item::Mod(m) = item else {
+            continue;
+        };
+        if is_cfg_test(&m.attrs) {
+            // Compiled only into the test harness, not the program that ran.
+            continue;
+        }
+        let name = m.ident.to_string();
+        let name = name.strip_prefix("r#").unwrap_or(&name);
+        let path_attr = m.attrs.iter().find_map(|a| {
+            if !a.path().is_ident("path") {
+                return None;
+            }
+            let syn::Meta::NameValue(nv) = &a.meta else {
+                return None;
+            };
+            match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            }
+        });
+        match &m.content {
+            Some((_, inner)) => {
+                // An inline module: its `mod x;` items live in a directory named after it.
+                let dir = match &path_attr {
+                    Some(p) => file_dir.join(p),
+                    None => module_dir.join(name),
+                };
+                modules_in(inner, &dir, &dir, out);
+            }
+            None => {
+                let candidates = match &path_attr {
+                    Some(p) => vec![file_dir.join(p)],
+                    None => vec![
+                        module_dir.join(format!("{name}.rs")),
+                        module_dir.join(name).join("mod.rs"),
+                    ],
+                };
+                if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+                    collect_modules(&normalize(found), false, out);
+                }
+            }
+        }
+    }
+}
+
+/// Whether the attributes hold `#[cfg(test)]`.
+fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Ident>()
+                .is_ok_and(|ident| ident == "test")
+    })
 }
 
 #[cfg(test)]
@@ -434,7 +591,7 @@ mod tests {
         assert_eq!(relative.dir, root.join("crates/kernels"));
         assert_eq!(
             relative.describe(root),
-            "lint: crates/kernels/ (package my-kernels, from target/release/train)"
+            "lint: crates/kernels/src/train.rs (package my-kernels, from target/release/train)"
         );
         assert_eq!(find_crate(OsStr::new("train"), None, root), None);
         assert_eq!(
@@ -490,6 +647,75 @@ mod tests {
         assert_eq!(found.package, "my-kernels");
         // Outside any workspace: nothing.
         assert_eq!(find_crate(exe.as_os_str(), None, shared.path()), None);
+    }
+
+    #[test]
+    fn the_target_that_ran_is_linted_as_cargo_compiles_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        write(
+            &root.join("Cargo.toml"),
+            "[package]\nname = \"my-app\"\n\n[[bin]]\nname = \"custom\"\npath = \"tools/custom.rs\"\n",
+        );
+        // The lib, with a module of its own and one only tests compile.
+        write(
+            &root.join("src/lib.rs"),
+            "pub mod model;\n#[cfg(test)]\nmod tests;\n",
+        );
+        write(&root.join("src/model.rs"), "pub fn f() {}\n");
+        write(&root.join("src/tests.rs"), "\n");
+        // The main bin: modules beside it, nested ones in a directory, `#[path]`, an inline
+        // module with a file module inside, and the lib used by name.
+        write(
+            &root.join("src/main.rs"),
+            "mod data;\nmod net;\n#[path = \"extra/odd_name.rs\"]\nmod odd;\n\
+             mod inline { mod deep; }\nfn main() { my_app::model::f(); }\n",
+        );
+        write(&root.join("src/data.rs"), "mod shards;\n");
+        write(&root.join("src/data/shards.rs"), "\n");
+        write(&root.join("src/net/mod.rs"), "mod layer;\n");
+        write(&root.join("src/net/layer.rs"), "\n");
+        write(&root.join("src/extra/odd_name.rs"), "\n");
+        write(&root.join("src/inline/deep.rs"), "\n");
+        // Other binaries of the package: never linted with the one that ran.
+        write(
+            &root.join("src/bin/other.rs"),
+            "mod helper;\nfn main() {}\n",
+        );
+        write(&root.join("src/bin/helper.rs"), "\n");
+        write(&root.join("tools/custom.rs"), "fn main() {}\n");
+        let files = |exe: &str| -> Vec<String> {
+            crate_for_executable(&root.join(exe))
+                .unwrap()
+                .files
+                .iter()
+                .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+                .collect()
+        };
+        assert_eq!(
+            files("target/debug/my-app"),
+            [
+                "src/main.rs",
+                "src/data.rs",
+                "src/data/shards.rs",
+                "src/net/mod.rs",
+                "src/net/layer.rs",
+                "src/extra/odd_name.rs",
+                "src/inline/deep.rs",
+                "src/lib.rs",
+                "src/model.rs",
+            ]
+        );
+        // A bin that does not use the lib: its own tree only.
+        assert_eq!(
+            files("target/debug/other"),
+            ["src/bin/other.rs", "src/bin/helper.rs"]
+        );
+        assert_eq!(files("target/release/custom"), ["tools/custom.rs"]);
+        // The lib's name counts only as the first segment of a path.
+        assert!(names_crate("use my_app::x;", "my_app"));
+        assert!(!names_crate("use not_my_app::x;", "my_app"));
+        assert!(!names_crate("use other::my_app::x;", "my_app"));
     }
 
     #[test]
