@@ -33,6 +33,12 @@ pub struct LintArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
+    /// cargo's message format: `json` writes cargo/rustc JSON diagnostics (one
+    /// `compiler-message` per finding, then `build-finished`), for rust-analyzer's
+    /// `check.overrideCommand` and other readers of `cargo check --message-format=json`;
+    /// `human` is `--format text`.
+    #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
+    message_format: Option<MessageFormat>,
     /// Enable only these rules: comma-separated codes or prefixes (`PK101`, `PK1`), on top of the config.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
@@ -65,6 +71,15 @@ enum FormatArg {
     Sarif,
     /// GitHub Actions annotations (workflow commands).
     Github,
+}
+
+/// `--message-format` values, as cargo names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MessageFormat {
+    /// rustc-style diagnostics (`--format text`).
+    Human,
+    /// cargo's JSON messages with rustc diagnostics.
+    Json,
 }
 
 impl From<FormatArg> for Format {
@@ -105,7 +120,11 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         fix_failed = !summary.errors.is_empty();
     }
 
-    let format = Format::from(args.format);
+    let format = match args.message_format {
+        Some(MessageFormat::Json) => Format::Cargo,
+        Some(MessageFormat::Human) => Format::Text,
+        None => Format::from(args.format),
+    };
     let rules: Vec<&RuleMeta> = perfkit_lint::rules()
         .iter()
         .map(|rule| rule.meta())
