@@ -27,9 +27,10 @@ const MAX_FIX_PASSES: usize = 10;
 2 usage, I/O or parse errors (every file that parses is still linted and reported)."
 )]
 pub struct LintArgs {
-    /// Files or directories to lint (directories are walked, honouring .gitignore).
-    #[arg(value_name = "PATH", default_value = ".")]
-    paths: Vec<PathBuf>,
+    /// Files or directories to lint (directories are walked, honouring .gitignore)
+    /// [default: .]
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
@@ -96,7 +97,11 @@ impl From<FormatArg> for Format {
 /// Runs `perfkit lint`.
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let mut options = LintOptions::default();
-    options.paths = args.paths.clone();
+    options.paths = if args.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.paths.clone()
+    };
     options.config_file = args.config.clone();
     options.select = args
         .select
