@@ -21,8 +21,6 @@ struct Hook {
     description: Option<String>,
     #[serde(default)]
     types: Vec<String>,
-    #[serde(default)]
-    require_serial: Option<bool>,
 }
 
 fn hooks() -> Vec<Hook> {
