@@ -279,3 +279,34 @@ fn a_failed_build_exits_with_cargos_status_and_profiles_nothing() {
     assert!(stderr.contains("nothing was profiled"), "{stderr}");
     assert!(!run.exists());
 }
+
+#[test]
+fn without_bin_the_packages_default_run_is_profiled_as_cargo_run_would() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pkg = tmp.path().join("two");
+    write(
+        &pkg,
+        "Cargo.toml",
+        "[package]\nname = \"two\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
+         default-run = \"second\"\n",
+    );
+    write(
+        &pkg,
+        "src/bin/first.rs",
+        "fn main() { println!(\"first ran\"); }\n",
+    );
+    write(
+        &pkg,
+        "src/bin/second.rs",
+        "fn main() { println!(\"second ran\"); std::process::exit(3); }\n",
+    );
+    let run = tmp.path().join("run");
+    let out = cargo_perfkit(
+        &pkg,
+        &["profile", "--no-lint", "--out", run.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The program's own exit status, as `perfkit profile` returns it.
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(stdout.trim(), "second ran");
+}

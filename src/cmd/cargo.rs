@@ -48,7 +48,7 @@ pub struct CargoLintArgs {
     override_usage = "cargo perfkit profile [--bin NAME | --example NAME] [--release | --profile P] \
                       [--features F] [-p SPEC] [PROFILE OPTIONS] [-- ARGS...]",
     after_help = "Builds with `cargo build --message-format=json-render-diagnostics`, takes the \
-executable cargo reports, profiles it as `perfkit profile` does and lints its package. Exit status: \
+executable cargo reports (the one binary built, else the package's `default-run`), profiles it as `perfkit profile` does and lints its package. Exit status: \
 the program's (as for `perfkit profile`), cargo's when the build fails, 2 for perfkit's own errors."
 )]
 pub struct CargoProfileArgs {
@@ -231,10 +231,28 @@ fn build(args: &CargoProfileArgs) -> anyhow::Result<Result<Built, ExitCode>> {
             target: target.clone(),
         })),
         several => {
+            // As `cargo run`: the `default-run` binary of the one package that built them.
+            let manifest = &several[0].1;
+            if several.iter().all(|(_, m, _)| m == manifest)
+                && let Some(default_run) = metadata(Some(manifest.as_path()))?
+                    .packages
+                    .iter()
+                    .find(|p| p.manifest_path.as_std_path() == manifest)
+                    .and_then(|p| p.default_run.clone())
+                && let Some((executable, manifest_path, target)) = several
+                    .iter()
+                    .find(|(_, _, t)| *t == format!("bin {default_run}"))
+            {
+                return Ok(Ok(Built {
+                    executable: executable.clone(),
+                    manifest_path: manifest_path.clone(),
+                    target: target.clone(),
+                }));
+            }
             let names: Vec<&str> = several.iter().map(|(_, _, t)| t.as_str()).collect();
             bail!(
                 "cargo built several binaries ({}): pass --bin NAME or --example NAME to say which \
-                 one to profile",
+                 one to profile, or set `default-run` in the package",
                 names.join(", ")
             )
         }
