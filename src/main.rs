@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-mod cmd;
+use perfkit::cmd;
 
 /// Find and measure what makes GPU training code slow.
 #[derive(Debug, Parser)]
@@ -51,19 +50,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("perfkit: error: {}", cmd::error_chain(&err));
-            ExitCode::from(2)
-        }
+        Err(err) => cmd::exit_on_error(&err),
     }
-}
-
-/// A closed pipe (`perfkit lint | head`) is a normal end, not an error.
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

@@ -27,12 +27,19 @@ const MAX_FIX_PASSES: usize = 10;
 2 usage, I/O or parse errors (every file that parses is still linted and reported)."
 )]
 pub struct LintArgs {
-    /// Files or directories to lint (directories are walked, honouring .gitignore).
-    #[arg(value_name = "PATH", default_value = ".")]
-    paths: Vec<PathBuf>,
+    /// Files or directories to lint (directories are walked, honouring .gitignore)
+    /// [default: .]
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
+    /// cargo's message format: `json` writes cargo/rustc JSON diagnostics (one
+    /// `compiler-message` per finding, then `build-finished`), for rust-analyzer's
+    /// `check.overrideCommand` and other readers of `cargo check --message-format=json`;
+    /// `human` is `--format text`.
+    #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
+    message_format: Option<MessageFormat>,
     /// Enable only these rules: comma-separated codes or prefixes (`PK101`, `PK1`), on top of the config.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
@@ -67,6 +74,15 @@ enum FormatArg {
     Github,
 }
 
+/// `--message-format` values, as cargo names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MessageFormat {
+    /// rustc-style diagnostics (`--format text`).
+    Human,
+    /// cargo's JSON messages with rustc diagnostics.
+    Json,
+}
+
 impl From<FormatArg> for Format {
     fn from(format: FormatArg) -> Self {
         match format {
@@ -81,7 +97,11 @@ impl From<FormatArg> for Format {
 /// Runs `perfkit lint`.
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let mut options = LintOptions::default();
-    options.paths = args.paths.clone();
+    options.paths = if args.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.paths.clone()
+    };
     options.config_file = args.config.clone();
     options.select = args
         .select
@@ -105,7 +125,11 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         fix_failed = !summary.errors.is_empty();
     }
 
-    let format = Format::from(args.format);
+    let format = match args.message_format {
+        Some(MessageFormat::Json) => Format::Cargo,
+        Some(MessageFormat::Human) => Format::Text,
+        None => Format::from(args.format),
+    };
     let rules: Vec<&RuleMeta> = perfkit_lint::rules()
         .iter()
         .map(|rule| rule.meta())

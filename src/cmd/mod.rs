@@ -1,5 +1,6 @@
 //! One module per subcommand: its clap arguments and the glue that runs it.
 
+pub mod cargo;
 pub mod check;
 pub mod demo;
 pub mod devices;
@@ -8,6 +9,21 @@ pub mod lint;
 pub mod profile;
 pub mod report;
 pub mod rules;
+
+/// The exit status of a command that failed with `err`, after saying why on stderr: 2, or 0
+/// for a closed pipe (`perfkit lint | head` is a normal end, not an error).
+pub fn exit_on_error(err: &anyhow::Error) -> std::process::ExitCode {
+    let broken_pipe = err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if broken_pipe {
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!("perfkit: error: {}", error_chain(err));
+    std::process::ExitCode::from(2)
+}
 
 /// `err` and its causes, `: `-separated, each cause once: a message that already shows its
 /// cause (`{path}: {source}` that also keeps the source) is not followed by it again.

@@ -38,41 +38,8 @@ Example:
     after_long_help = AFTER_HELP
 )]
 pub struct ProfileArgs {
-    /// Directory for the trace and the summary
-    /// [default: perfkit-out/<program>-<UTC date>-<time>]
-    #[arg(long, short = 'o', value_name = "DIR")]
-    out: Option<PathBuf>,
-
-    /// Replace the previous run's trace files and reports in --out DIR (only files perfkit
-    /// can prove it wrote; anything else stays and is named)
-    #[arg(long, requires = "out")]
-    force: bool,
-
-    /// Print nothing but errors (the summary is still written to summary.json)
-    #[arg(long, short = 'q')]
-    quiet: bool,
-
-    /// Capture the program's CUDA activity through CUPTI injection even if it links
-    /// perfkit-profiler; fail if that is not possible [default: only for programs that do not
-    /// link perfkit-profiler, when a CUDA driver is present]
-    #[arg(long, conflicts_with = "no_inject")]
-    inject: bool,
-
-    /// Never use CUPTI injection
-    #[arg(long)]
-    no_inject: bool,
-
-    /// Lint these Rust files or directories too, and show their findings next to the runtime
-    /// ones; a lint finding whose line also shows up at run time is marked confirmed, with its
-    /// measured cost [default: the sources of the target that built PROGRAM (its module tree,
-    /// and the package's library when it uses it), when PROGRAM lies in a cargo target
-    /// directory such as target/release/ or target/debug/examples/]
-    #[arg(long, value_name = "PATH", num_args = 1, conflicts_with = "no_lint")]
-    lint: Vec<PathBuf>,
-
-    /// Lint nothing, not even the sources of the target that built PROGRAM
-    #[arg(long)]
-    no_lint: bool,
+    #[command(flatten)]
+    pub options: ProfileOptions,
 
     /// The program to run, followed by its arguments
     #[arg(
@@ -82,7 +49,52 @@ pub struct ProfileArgs {
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
-    command: Vec<OsString>,
+    pub command: Vec<OsString>,
+}
+
+/// The options of `perfkit profile` that are not the program: shared with `cargo perfkit
+/// profile`, which builds the program first.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProfileOptions {
+    /// Directory for the trace and the summary
+    /// [default: perfkit-out/<program>-<UTC date>-<time>]
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Replace the previous run's trace files and reports in --out DIR (only files perfkit
+    /// can prove it wrote; anything else stays and is named)
+    #[arg(long, requires = "out")]
+    pub force: bool,
+
+    /// Print nothing but errors (the summary is still written to summary.json)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// Capture the program's CUDA activity through CUPTI injection even if it links
+    /// perfkit-profiler; fail if that is not possible [default: only for programs that do not
+    /// link perfkit-profiler, when a CUDA driver is present]
+    #[arg(long, conflicts_with = "no_inject")]
+    pub inject: bool,
+
+    /// Never use CUPTI injection
+    #[arg(long)]
+    pub no_inject: bool,
+
+    /// Lint these Rust or Python files or directories too, and show their findings next to the
+    /// runtime ones; a lint finding whose line also shows up at run time is marked confirmed,
+    /// with its measured cost [default: the sources of the target that built PROGRAM (its
+    /// module tree, and the package's library when it uses it), when PROGRAM lies in a cargo
+    /// target directory such as target/release/ or target/debug/examples/]
+    #[arg(long, value_name = "PATH", num_args = 1, conflicts_with = "no_lint")]
+    pub lint: Vec<PathBuf>,
+
+    /// Lint nothing, not even the sources of the target that built PROGRAM
+    #[arg(long)]
+    pub no_lint: bool,
+
+    /// Where the `lint` paths come from, for the summary line (default: `--lint`).
+    #[arg(skip)]
+    pub lint_source: Option<String>,
 }
 
 /// Runs `perfkit profile`.
@@ -99,7 +111,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             "no PROGRAM given: usage is `perfkit profile [--out DIR] -- PROGRAM [ARGS...]`"
         );
     };
-    let out = OutputDir::prepare(args.out.as_deref(), program, args.force)?;
+    let out = OutputDir::prepare(args.options.out.as_deref(), program, args.options.force)?;
     let mut spec = LaunchSpec::new(program.clone(), program_args.to_vec(), out.trace_dir());
     let no_capture = match injection_env(&args, program) {
         Ok(Injection::Env(env)) => {
@@ -176,7 +188,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if !args.quiet {
+    if !args.options.quiet {
         let shown = display_path(out.root());
         let mut stderr = std::io::stderr().lock();
         // The terminal may be gone (hangup) or stderr closed; summary.json is written already
@@ -212,13 +224,19 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
 /// [`find_crate::find_crate`]); a program outside any cargo target directory lints nothing.
 #[cfg(unix)]
 fn lint_target(args: &ProfileArgs, program: &std::ffi::OsStr) -> (Vec<PathBuf>, Option<String>) {
-    if args.no_lint {
+    if args.options.no_lint {
         return (Vec::new(), None);
     }
-    if !args.lint.is_empty() {
-        let shown: Vec<String> = args.lint.iter().map(|p| p.display().to_string()).collect();
-        let line = format!("lint: {} (from --lint)", shown.join(", "));
-        return (args.lint.clone(), Some(line));
+    if !args.options.lint.is_empty() {
+        let shown: Vec<String> = args
+            .options
+            .lint
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let source = args.options.lint_source.as_deref().unwrap_or("from --lint");
+        let line = format!("lint: {} ({source})", shown.join(", "));
+        return (args.options.lint.clone(), Some(line));
     }
     let Ok(cwd) = std::env::current_dir() else {
         return (Vec::new(), None);
@@ -251,9 +269,9 @@ enum Injection {
 fn injection_env(args: &ProfileArgs, program: &std::ffi::OsStr) -> anyhow::Result<Injection> {
     use perfkit_inject::host::{InjectMode, PlanError};
 
-    let mode = if args.inject {
+    let mode = if args.options.inject {
         InjectMode::Force
-    } else if args.no_inject {
+    } else if args.options.no_inject {
         InjectMode::Off
     } else {
         InjectMode::Auto

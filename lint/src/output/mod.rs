@@ -4,6 +4,8 @@
 //! - [`json`]: the stable, versioned schema that CI and tools parse.
 //! - [`sarif`]: SARIF 2.1.0 for code-scanning services.
 //! - [`github`]: GitHub Actions workflow commands (annotations on the pull request).
+//! - [`cargo`]: cargo's JSON messages with rustc diagnostics, for editors and the tools that read
+//!   `cargo check --message-format=json`.
 //!
 //! Paths are shown relative to the current directory with forward slashes, lines and columns 1-based.
 
@@ -13,6 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::LintReport;
 use crate::rules::RuleMeta;
 
+pub mod cargo;
 pub mod github;
 pub mod json;
 pub mod sarif;
@@ -31,11 +34,19 @@ pub enum Format {
     Sarif,
     /// GitHub Actions workflow commands ([`github`]).
     Github,
+    /// cargo's JSON messages with rustc diagnostics ([`cargo`]; `--message-format=json`).
+    Cargo,
 }
 
 impl Format {
     /// Every format, in the order the command line lists them.
-    pub const ALL: [Format; 4] = [Format::Text, Format::Json, Format::Sarif, Format::Github];
+    pub const ALL: [Format; 5] = [
+        Format::Text,
+        Format::Json,
+        Format::Sarif,
+        Format::Github,
+        Format::Cargo,
+    ];
 
     /// The name used on the command line (`text`, `json`, `sarif`, `github`).
     pub fn as_str(self) -> &'static str {
@@ -44,6 +55,7 @@ impl Format {
             Format::Json => "json",
             Format::Sarif => "sarif",
             Format::Github => "github",
+            Format::Cargo => "cargo",
         }
     }
 }
@@ -62,7 +74,7 @@ impl std::str::FromStr for Format {
             .into_iter()
             .find(|format| format.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown output format `{s}` (expected text, json, sarif or github)")
+                format!("unknown output format `{s}` (expected text, json, sarif, github or cargo)")
             })
     }
 }
@@ -98,6 +110,7 @@ pub fn render(
         Format::Json => json::render(out, report),
         Format::Sarif => sarif::render(out, report, rules),
         Format::Github => github::render(out, report),
+        Format::Cargo => cargo::render(out, report, rules),
     }
 }
 

@@ -267,6 +267,48 @@ impl SourceText {
         })
     }
 
+    /// The whole text.
+    pub(super) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Line `line` (1-based) without its line break; `None` past the end of the file.
+    pub(super) fn line_text(&self, line: usize) -> Option<&str> {
+        let start = *self.line_starts.get(line.checked_sub(1)?)?;
+        let end = self
+            .line_starts
+            .get(line)
+            .map_or(self.text.len(), |next| next - 1);
+        let text = &self.text[start..end.max(start)];
+        Some(text.strip_suffix('\r').unwrap_or(text))
+    }
+
+    /// Byte offset of (`line`, `column`) (1-based, column in characters); a column past the end
+    /// of its line is the end of the line, a line past the end of the file is the end of the file.
+    pub(super) fn byte_offset(&self, line: usize, column: usize) -> usize {
+        let Some(start) = line
+            .checked_sub(1)
+            .and_then(|index| self.line_starts.get(index))
+        else {
+            return self.text.len();
+        };
+        let line_text = self.line_text(line).unwrap_or("");
+        start
+            + line_text
+                .char_indices()
+                .nth(column.saturating_sub(1))
+                .map_or(line_text.len(), |(at, _)| at)
+    }
+
+    /// The 1-based (line, column) of byte `offset`, the column in characters.
+    pub(super) fn position_of(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let line = self.line_of(offset);
+        let start = self.line_starts[line - 1];
+        let before = self.text.get(start..offset).unwrap_or("");
+        (line, before.chars().count() + 1)
+    }
+
     /// The 1-based line that holds byte `offset`.
     fn line_of(&self, offset: usize) -> usize {
         self.line_starts
@@ -326,13 +368,13 @@ impl SourceText {
 
 /// Reads each finding's file once: findings come sorted by path, so only the last file is kept.
 #[derive(Debug, Default)]
-struct SourceCache {
+pub(super) struct SourceCache {
     path: Option<PathBuf>,
     source: Option<SourceText>,
 }
 
 impl SourceCache {
-    fn get(&mut self, path: &Path) -> Option<&SourceText> {
+    pub(super) fn get(&mut self, path: &Path) -> Option<&SourceText> {
         if self.path.as_deref() != Some(path) {
             self.path = Some(path.to_path_buf());
             self.source = std::fs::read(path)
