@@ -80,8 +80,14 @@ impl Config {
                     message: err.to_string(),
                 })?;
         let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
+        let is_pyproject = path.file_name().is_some_and(|n| n == "pyproject.toml");
         let table = if is_cargo {
             match cargo_metadata_table(&table) {
+                Some(t) => t.clone(),
+                None => toml::Table::new(),
+            }
+        } else if is_pyproject {
+            match pyproject_table(&table) {
                 Some(t) => t.clone(),
                 None => toml::Table::new(),
             }
@@ -268,8 +274,15 @@ fn cargo_metadata_table(table: &toml::Table) -> Option<&toml::Table> {
     })
 }
 
-/// Finds the configuration for code in `dir`: the nearest `perfkit.toml`, or `Cargo.toml` with a
-/// `metadata.perfkit` table, in `dir` or above. Returns the file to read.
+/// The `[tool.perfkit]` table of a `pyproject.toml`.
+fn pyproject_table(table: &toml::Table) -> Option<&toml::Table> {
+    table.get("tool")?.get("perfkit")?.as_table()
+}
+
+/// Finds the configuration for code in `dir`: the nearest `perfkit.toml`, `Cargo.toml` with a
+/// `metadata.perfkit` table, or `pyproject.toml` with a `[tool.perfkit]` table, in `dir` or above
+/// (the closest directory wins, as ruff does; in one directory `perfkit.toml` comes first). Returns
+/// the file to read.
 pub(crate) fn discover(dir: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(dir).ok()?;
     for ancestor in absolute.ancestors() {
@@ -285,6 +298,15 @@ pub(crate) fn discover(dir: &Path) -> Option<PathBuf> {
             && cargo_metadata_table(&table).is_some()
         {
             return Some(cargo);
+        }
+        let pyproject = ancestor.join("pyproject.toml");
+        if pyproject.is_file()
+            && let Ok(text) = std::fs::read_to_string(&pyproject)
+            && text.contains("perfkit")
+            && let Ok(table) = text.parse::<toml::Table>()
+            && pyproject_table(&table).is_some()
+        {
+            return Some(pyproject);
         }
     }
     None
@@ -377,6 +399,31 @@ mod tests {
         .expect("write Cargo.toml");
         let c = Config::from_file(&cargo).expect("both tables");
         assert_eq!(c.min_batch_size, 8);
+    }
+
+    #[test]
+    fn pyproject_tool_perfkit_is_found_upward_and_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pyproject = dir.path().join("pyproject.toml");
+        std::fs::write(
+            &pyproject,
+            "[project]\nname = \"x\"\n\n[tool.ruff]\nline-length = 100\n\n\
+             [tool.perfkit]\nignore = [\"PK502\"]\nmin-batch-size = 8\n",
+        )
+        .expect("write pyproject.toml");
+        let sub = dir.path().join("src/pkg");
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        assert_eq!(discover(&sub).as_deref(), Some(pyproject.as_path()));
+        let c = Config::from_file(&pyproject).expect("valid");
+        assert_eq!(c.min_batch_size, 8);
+        assert!(!c.is_enabled("PK502", &[], &[]));
+        // A pyproject.toml without a [tool.perfkit] table is not a configuration.
+        std::fs::write(&pyproject, "[tool.ruff]\nline-length = 100\n# perfkit\n").expect("write");
+        assert_eq!(discover(&sub), None);
+        // An error names the file.
+        std::fs::write(&pyproject, "[tool.perfkit]\nbogus = 1\n").expect("write");
+        let text = Config::from_file(&pyproject).expect_err("unknown key").to_string();
+        assert!(text.contains("pyproject.toml") && text.contains("bogus"), "{text}");
     }
 
     #[test]
