@@ -147,7 +147,7 @@ mod tests {
                 (7, vec!["PK101".to_string()], false),
             ]
         );
-        assert_eq!((found[0].column, found[0].end_column), (19, 41));
+        assert_eq!((found[0].column, found[0].end_column), (18, 41));
     }
 
     #[test]

@@ -1137,7 +1137,13 @@ fn python_fix(
         .map(|a| a.end())
         .chain(args.keywords.iter().map(|k| k.end()))
         .max();
+    let close = args.end().to_usize().saturating_sub(1);
     let (at, insert) = match last_end {
+        // `torch.zeros(n,)`: after the trailing comma.
+        Some(end) if source.get(end.to_usize()..close).is_some_and(|t| t.trim_start().starts_with(',')) => {
+            let comma = end.to_usize() + source[end.to_usize()..close].find(',')?;
+            (comma + 1, format!(" device={target}"))
+        }
         Some(end) => (end.to_usize(), format!(", device={target}")),
         None => (args.start().to_usize() + 1, format!("device={target}")),
     };
