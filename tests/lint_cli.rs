@@ -150,7 +150,7 @@ fn json_output_follows_schema_version_1_exactly() {
         assert!(["error", "warning", "note"].contains(&finding["severity"].as_str().unwrap()));
         let path = finding["path"].as_str().unwrap();
         assert!(
-            path.starts_with("fixtures/lint/") && path.ends_with(".rs"),
+            path.starts_with("fixtures/lint/") && (path.ends_with(".rs") || path.ends_with(".py")),
             "relative path: {path}"
         );
         assert!(finding["code"].as_str().unwrap().starts_with("PK"));
@@ -200,7 +200,10 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for path in entries {
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs" || ext == "py") {
+        } else if path
+            .extension()
+            .is_some_and(|ext| ext == "rs" || ext == "py")
+        {
             out.push(path);
         }
     }
@@ -1020,7 +1023,8 @@ fn absolute_paths_are_reported_relative_to_the_current_directory() {
     for finding in findings {
         let path = finding["path"].as_str().unwrap();
         assert!(
-            path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/src/"),
+            path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/src/")
+                || path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/python/"),
             "{path}"
         );
     }
@@ -1036,7 +1040,7 @@ fn absolute_paths_are_reported_relative_to_the_current_directory() {
         .unwrap()
         .to_string();
     assert!(
-        path.starts_with("../fixtures/lint/pk201-cpu-tensor-then-copy/src/"),
+        path.starts_with("../fixtures/lint/pk201-cpu-tensor-then-copy/"),
         "{path}"
     );
 }

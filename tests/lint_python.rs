@@ -20,7 +20,13 @@ struct Run {
 fn lint_in(dir: &Path, args: &[&str]) -> Run {
     let mut cmd = Command::cargo_bin("perfkit").expect("the perfkit binary is built");
     cmd.current_dir(dir).arg("lint").args(args);
-    for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "CI", "GITHUB_ACTIONS"] {
+    for var in [
+        "NO_COLOR",
+        "CLICOLOR",
+        "CLICOLOR_FORCE",
+        "CI",
+        "GITHUB_ACTIONS",
+    ] {
         cmd.env_remove(var);
     }
     let output = cmd.output().expect("perfkit runs");
@@ -92,7 +98,11 @@ pub fn train(batches: &[Tensor], opt: &mut AdamW, device: &Device) -> candle_cor
 #[test]
 fn python_and_rust_files_are_linted_in_one_run_with_one_json_report() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "rust/Cargo.toml", "[package]\nname = \"t\"\nversion = \"0.1.0\"\n\n[dependencies]\ncandle-core = \"0.9\"\ncandle-nn = \"0.9\"\n");
+    write(
+        dir.path(),
+        "rust/Cargo.toml",
+        "[package]\nname = \"t\"\nversion = \"0.1.0\"\n\n[dependencies]\ncandle-core = \"0.9\"\ncandle-nn = \"0.9\"\n",
+    );
     write(dir.path(), "rust/src/lib.rs", TRAIN_RS);
     write(dir.path(), "py/train.py", TRAIN_PY);
     let out = lint_in(dir.path(), &[".", "--format", "json"]);
@@ -103,23 +113,46 @@ fn python_and_rust_files_are_linted_in_one_run_with_one_json_report() {
     assert_eq!(
         findings(&value),
         [
-            ("py/train.py".to_string(), 8, "PK101".to_string(), "warning".to_string()),
-            ("rust/src/lib.rs".to_string(), 10, "PK101".to_string(), "warning".to_string()),
+            (
+                "py/train.py".to_string(),
+                8,
+                "PK101".to_string(),
+                "warning".to_string()
+            ),
+            (
+                "rust/src/lib.rs".to_string(),
+                10,
+                "PK101".to_string(),
+                "warning".to_string()
+            ),
         ]
     );
     let py = &value["findings"][0];
-    assert_eq!((py["column"].as_u64(), py["end_column"].as_u64()), (Some(20), Some(24)));
-    assert!(py["message"].as_str().unwrap().contains("`.item()`"), "{py}");
+    assert_eq!(
+        (py["column"].as_u64(), py["end_column"].as_u64()),
+        (Some(20), Some(24))
+    );
+    assert!(
+        py["message"].as_str().unwrap().contains("`.item()`"),
+        "{py}"
+    );
     // The text format shows the Python line like a Rust one.
     let text = lint_in(dir.path(), &["py"]);
     assert!(text.stdout.contains("warning[PK101]"), "{}", text.stdout);
-    assert!(text.stdout.contains("print(loss.item())"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("print(loss.item())"),
+        "{}",
+        text.stdout
+    );
 }
 
 #[test]
 fn noqa_and_allow_comments_suppress_python_findings_and_strings_do_not() {
     let dir = tempfile::tempdir().unwrap();
-    let noqa = TRAIN_PY.replace("print(loss.item())", "print(loss.item())  # noqa: E501, PK101");
+    let noqa = TRAIN_PY.replace(
+        "print(loss.item())",
+        "print(loss.item())  # noqa: E501, PK101",
+    );
     write(dir.path(), "a/train.py", &noqa);
     let out = lint_in(dir.path(), &["a", "--format", "json"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -139,7 +172,12 @@ fn noqa_and_allow_comments_suppress_python_findings_and_strings_do_not() {
     let value = json(&lint_in(dir.path(), &["a", "--format", "json"]));
     assert_eq!(
         findings(&value),
-        [("a/train.py".to_string(), 8, "PK000".to_string(), "note".to_string())]
+        [(
+            "a/train.py".to_string(),
+            8,
+            "PK000".to_string(),
+            "note".to_string()
+        )]
     );
 
     // Text in a string is not a comment.
@@ -177,16 +215,27 @@ fn tool_perfkit_in_pyproject_is_found_upward() {
     // A bad key is a configuration error naming the file.
     write(dir.path(), "pyproject.toml", "[tool.perfkit]\nselect = 3\n");
     let mut cmd = Command::cargo_bin("perfkit").unwrap();
-    let output = cmd.current_dir(dir.path()).args(["lint", "src"]).output().unwrap();
+    let output = cmd
+        .current_dir(dir.path())
+        .args(["lint", "src"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("pyproject.toml") && stderr.contains("select"), "{stderr}");
+    assert!(
+        stderr.contains("pyproject.toml") && stderr.contains("select"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_python_file_that_does_not_parse_is_an_error_entry_and_the_rest_is_linted() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "broken.py", "import torch\n\ndef f(:\n    pass\n");
+    write(
+        dir.path(),
+        "broken.py",
+        "import torch\n\ndef f(:\n    pass\n",
+    );
     write(dir.path(), "train.py", TRAIN_PY);
     let out = lint_in(dir.path(), &[".", "--format", "json"]);
     assert_eq!(out.code, 2, "{}", out.stdout);
@@ -195,10 +244,20 @@ fn a_python_file_that_does_not_parse_is_an_error_entry_and_the_rest_is_linted() 
     assert_eq!(errors.len(), 1, "{value}");
     assert_eq!(errors[0]["path"], "broken.py");
     assert_eq!(errors[0]["line"], 3);
-    assert!(errors[0]["message"].as_str().unwrap().starts_with("syntax error"));
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("syntax error")
+    );
     assert_eq!(
         findings(&value),
-        [("train.py".to_string(), 8, "PK101".to_string(), "warning".to_string())]
+        [(
+            "train.py".to_string(),
+            8,
+            "PK101".to_string(),
+            "warning".to_string()
+        )]
     );
 }
 
@@ -219,7 +278,12 @@ fn fix_creates_python_tensors_on_the_device() {
     // What remains: the arithmetic form, reported but not fixed.
     assert_eq!(
         findings(&json(&out)),
-        [("make.py".to_string(), 8, "PK201".to_string(), "warning".to_string())]
+        [(
+            "make.py".to_string(),
+            8,
+            "PK201".to_string(),
+            "warning".to_string()
+        )]
     );
 }
 

@@ -283,31 +283,60 @@ fn pyproject_table(table: &toml::Table) -> Option<&toml::Table> {
 /// `metadata.perfkit` table, or `pyproject.toml` with a `[tool.perfkit]` table, in `dir` or above
 /// (the closest directory wins, as ruff does; in one directory `perfkit.toml` comes first). Returns
 /// the file to read.
+#[cfg(test)]
 pub(crate) fn discover(dir: &Path) -> Option<PathBuf> {
+    discover_cached(dir, &mut std::collections::HashMap::new())
+}
+
+/// [`discover`], remembering the answer for every directory it looked at (a run over many
+/// directories of one tree asks about the same ancestors again and again).
+pub(crate) fn discover_cached(
+    dir: &Path,
+    cache: &mut std::collections::HashMap<PathBuf, Option<PathBuf>>,
+) -> Option<PathBuf> {
     let absolute = std::path::absolute(dir).ok()?;
+    let mut visited = Vec::new();
+    let mut found = None;
     for ancestor in absolute.ancestors() {
-        let candidate = ancestor.join("perfkit.toml");
-        if candidate.is_file() {
-            return Some(candidate);
+        if let Some(known) = cache.get(ancestor) {
+            found = known.clone();
+            break;
         }
-        let cargo = ancestor.join("Cargo.toml");
-        if cargo.is_file()
-            && let Ok(text) = std::fs::read_to_string(&cargo)
-            && text.contains("perfkit")
-            && let Ok(table) = text.parse::<toml::Table>()
-            && cargo_metadata_table(&table).is_some()
-        {
-            return Some(cargo);
+        visited.push(ancestor.to_path_buf());
+        if let Some(config) = config_in(ancestor) {
+            found = Some(config);
+            break;
         }
-        let pyproject = ancestor.join("pyproject.toml");
-        if pyproject.is_file()
-            && let Ok(text) = std::fs::read_to_string(&pyproject)
-            && text.contains("perfkit")
-            && let Ok(table) = text.parse::<toml::Table>()
-            && pyproject_table(&table).is_some()
-        {
-            return Some(pyproject);
-        }
+    }
+    for dir in visited {
+        cache.insert(dir, found.clone());
+    }
+    found
+}
+
+/// The configuration file of one directory, if it has one.
+fn config_in(ancestor: &Path) -> Option<PathBuf> {
+    let candidate = ancestor.join("perfkit.toml");
+    if candidate.is_file() {
+        return Some(candidate);
+    }
+    let cargo = ancestor.join("Cargo.toml");
+    if cargo.is_file()
+        && let Ok(text) = std::fs::read_to_string(&cargo)
+        && text.contains("perfkit")
+        && let Ok(table) = text.parse::<toml::Table>()
+        && cargo_metadata_table(&table).is_some()
+    {
+        return Some(cargo);
+    }
+    let pyproject = ancestor.join("pyproject.toml");
+    if pyproject.is_file()
+        && let Ok(text) = std::fs::read_to_string(&pyproject)
+        && text.contains("perfkit")
+        && let Ok(table) = text.parse::<toml::Table>()
+        && pyproject_table(&table).is_some()
+    {
+        return Some(pyproject);
     }
     None
 }
@@ -422,8 +451,13 @@ mod tests {
         assert_eq!(discover(&sub), None);
         // An error names the file.
         std::fs::write(&pyproject, "[tool.perfkit]\nbogus = 1\n").expect("write");
-        let text = Config::from_file(&pyproject).expect_err("unknown key").to_string();
-        assert!(text.contains("pyproject.toml") && text.contains("bogus"), "{text}");
+        let text = Config::from_file(&pyproject)
+            .expect_err("unknown key")
+            .to_string();
+        assert!(
+            text.contains("pyproject.toml") && text.contains("bogus"),
+            "{text}"
+        );
     }
 
     #[test]

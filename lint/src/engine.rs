@@ -80,6 +80,7 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     let mut configs: HashMap<PathBuf, Arc<Config>> = HashMap::new();
     let mut crates: BTreeMap<(PathBuf, bool), CrateJob> = BTreeMap::new();
     let mut python_roots = HashMap::new();
+    let mut discovered = HashMap::new();
     for file in walked.files {
         let python = is_python(&file);
         let root = if python {
@@ -98,7 +99,7 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
                 match configs.get(&dir) {
                     Some(config) => config.clone(),
                     None => {
-                        let config = match config::discover(&dir) {
+                        let config = match config::discover_cached(&dir, &mut discovered) {
                             Some(path) => Arc::new(Config::from_file(&path)?),
                             None => Arc::new(Config::default()),
                         };
@@ -113,13 +114,15 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
             continue;
         }
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        let job = crates.entry((root.clone(), python)).or_insert_with(|| CrateJob {
-            root,
-            python,
-            files: Vec::new(),
-            config,
-            bytes: 0,
-        });
+        let job = crates
+            .entry((root.clone(), python))
+            .or_insert_with(|| CrateJob {
+                root,
+                python,
+                files: Vec::new(),
+                config,
+                bytes: 0,
+            });
         job.bytes += bytes;
         job.files.push(file);
     }
@@ -280,7 +283,9 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     let mut output = CrateOutput::default();
     let mut parsed = Vec::with_capacity(job.files.len());
     for path in &job.files {
-        match read_source(path).and_then(|source| crate::python::PyFile::parse(path.clone(), source)) {
+        match read_source(path)
+            .and_then(|source| crate::python::PyFile::parse(path.clone(), source))
+        {
             Ok(file) => parsed.push(file),
             Err(err) => output.errors.push(err),
         }
@@ -303,7 +308,13 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
             continue;
         }
         rule.check_python(&cx, &mut findings);
-        push_findings(meta, config, &mut findings, &path_of, &mut output.diagnostics);
+        push_findings(
+            meta,
+            config,
+            &mut findings,
+            &path_of,
+            &mut output.diagnostics,
+        );
     }
     let mut by_path: HashMap<&Path, Vec<suppress::Suppression>> = HashMap::new();
     for unit in &units {
@@ -380,7 +391,13 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         }
         rule.check(&cx, &mut findings);
         let path_of = |file: FileId| files[file.0].file.path.clone();
-        push_findings(meta, config, &mut findings, &path_of, &mut output.diagnostics);
+        push_findings(
+            meta,
+            config,
+            &mut findings,
+            &path_of,
+            &mut output.diagnostics,
+        );
     }
     apply_suppressions(&files, &mut output.diagnostics, &enabled);
     output

@@ -139,7 +139,10 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
     }
     if path.extension().is_some_and(|e| e == "py") {
         if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
-            let line = fixed.text[..offset.min(fixed.text.len())].matches('\n').count() + 1;
+            let line = fixed.text[..offset.min(fixed.text.len())]
+                .matches('\n')
+                .count()
+                + 1;
             return Err(FixError::WouldNotParse {
                 path: path.to_path_buf(),
                 message: format!("line {line}: {message}"),

@@ -46,7 +46,12 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             match entry {
                 Ok(entry) => {
                     let is_file = entry.file_type().is_some_and(|t| t.is_file());
-                    if is_file && entry.path().extension().is_some_and(|e| e == "rs" || e == "py") {
+                    if is_file
+                        && entry
+                            .path()
+                            .extension()
+                            .is_some_and(|e| e == "rs" || e == "py")
+                    {
                         files.push(entry.into_path());
                     }
                 }

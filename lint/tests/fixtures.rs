@@ -242,10 +242,15 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
     // The fixture format demands three cases that fire for the directory's own rule, in each
     // language the fixture has.
     let own = own_code(dir);
-    for (language, extension, marker) in [("Rust", "rs", "// expect:"), ("Python", "py", "# expect:")] {
+    for (language, extension, marker) in
+        [("Rust", "rs", "// expect:"), ("Python", "py", "# expect:")]
+    {
         let mut files = Vec::new();
         rust_files(dir, &mut files);
-        if !files.iter().any(|f| f.extension().is_some_and(|e| e == extension)) {
+        if !files
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == extension))
+        {
             continue;
         }
         let own_fires = expects
@@ -331,7 +336,10 @@ fn every_rule_has_docs_a_fixture_and_a_snapshot() {
             ));
         }
         if !meta.doc.contains("```python") {
-            missing.push(format!("{}: documentation lacks a Python example", meta.code));
+            missing.push(format!(
+                "{}: documentation lacks a Python example",
+                meta.code
+            ));
         }
         let snapshot = snapshots.join(format!(
             "fixtures__{}-{}.snap",

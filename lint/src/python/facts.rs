@@ -1,7 +1,7 @@
 //! Lowering a Python module into facts: functions, loops, calls and bindings, each with the context
 //! it runs in (function, enclosing loops, `% N` guards, `torch.no_grad()`, test code).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{CmpOp, Expr, ExprCall, Operator, Stmt};
@@ -131,7 +131,7 @@ pub struct PyFacts<'a> {
     pub calls: Vec<PyCall<'a>>,
     pub assigns: Vec<PyAssign<'a>>,
     /// Assignment indices by name.
-    pub assigns_by_name: HashMap<String, Vec<usize>>,
+    pub assigns_by_name: FxHashMap<String, Vec<usize>>,
     pub accumulates: Vec<PyAccumulate<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
@@ -154,13 +154,16 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         collector.visit_stmt(stmt);
     }
     let mut facts = collector.facts;
+    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
     for (i, assign) in facts.assigns.iter().enumerate() {
-        facts
-            .assigns_by_name
-            .entry(assign.name.clone())
-            .or_default()
-            .push(i);
+        match by_name.get_mut(assign.name.as_str()) {
+            Some(list) => list.push(i),
+            None => {
+                by_name.insert(assign.name.clone(), vec![i]);
+            }
+        }
     }
+    facts.assigns_by_name = by_name;
     facts
 }
 
@@ -187,7 +190,9 @@ impl<'a> Collector<'a> {
 
     fn bind(&mut self, target: &'a Expr, value: &'a Expr, at: usize) {
         match (target, value) {
-            (Expr::Tuple(targets), Expr::Tuple(values)) if targets.elts.len() == values.elts.len() => {
+            (Expr::Tuple(targets), Expr::Tuple(values))
+                if targets.elts.len() == values.elts.len() =>
+            {
                 for (t, v) in targets.elts.iter().zip(&values.elts) {
                     self.bind(t, v, at);
                 }
@@ -255,9 +260,11 @@ impl<'a> Collector<'a> {
 
     fn enter_loop(&mut self, range: TextRange, iter: Option<&'a Expr>, body_start: usize) -> usize {
         let idx = self.facts.loops.len();
-        let parent = self.loops.last().copied().filter(|&p| {
-            self.facts.loops[p].fn_idx == self.fn_idx()
-        });
+        let parent = self
+            .loops
+            .last()
+            .copied()
+            .filter(|&p| self.facts.loops[p].fn_idx == self.fn_idx());
         self.facts.loops.push(PyLoop {
             range,
             fn_idx: self.fn_idx(),
@@ -296,9 +303,10 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let loops = std::mem::take(&mut self.loops);
                 let guard = self.guard.take();
                 let no_grad = std::mem::take(&mut self.no_grad);
-                let decorated_no_grad = def.decorator_list.iter().any(|d| {
-                    dotted(strip_call(&d.expression)).is_some_and(|p| is_no_grad(&p))
-                });
+                let decorated_no_grad = def
+                    .decorator_list
+                    .iter()
+                    .any(|d| dotted(strip_call(&d.expression)).is_some_and(|p| is_no_grad(&p)));
                 if decorated_no_grad {
                     self.no_grad += 1;
                 }
@@ -323,9 +331,9 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let name = class.name.as_str();
                 let is_test = name.starts_with("Test")
                     || class.arguments.as_ref().is_some_and(|a| {
-                        a.args.iter().any(|b| {
-                            dotted(b).is_some_and(|p| p.ends_with("TestCase"))
-                        })
+                        a.args
+                            .iter()
+                            .any(|b| dotted(b).is_some_and(|p| p.ends_with("TestCase")))
                     });
                 self.class_stack.push((name, is_test || self.in_test()));
                 for s in &class.body {
@@ -341,7 +349,11 @@ impl<'a> Visitor<'a> for Collector<'a> {
             }
             Stmt::For(f) => {
                 self.visit_expr(&f.iter);
-                let body_start = f.body.first().map_or(f.range.end(), Ranged::start).to_usize();
+                let body_start = f
+                    .body
+                    .first()
+                    .map_or(f.range.end(), Ranged::start)
+                    .to_usize();
                 let idx = self.enter_loop(f.range, Some(&f.iter), body_start);
                 self.bind_loop_target(&f.target, &f.iter, f.range.start().to_usize(), idx);
                 for s in &f.body {
@@ -353,7 +365,11 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 }
             }
             Stmt::While(w) => {
-                let body_start = w.body.first().map_or(w.range.end(), Ranged::start).to_usize();
+                let body_start = w
+                    .body
+                    .first()
+                    .map_or(w.range.end(), Ranged::start)
+                    .to_usize();
                 self.enter_loop(w.range, None, body_start);
                 self.visit_expr(&w.test);
                 for s in &w.body {
@@ -406,9 +422,12 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let at = a.range.end().to_usize();
                 for target in &a.targets {
                     if let Expr::Subscript(sub) = target {
-                        self.facts
-                            .subscript_assigns
-                            .push((&sub.value, &sub.slice, a.range, self.fn_idx()));
+                        self.facts.subscript_assigns.push((
+                            &sub.value,
+                            &sub.slice,
+                            a.range,
+                            self.fn_idx(),
+                        ));
                         self.visit_expr(target);
                         continue;
                     }

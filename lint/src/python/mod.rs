@@ -17,6 +17,9 @@ pub mod names;
 pub(crate) mod suppress;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 
 use ruff_python_ast::{Expr, ModModule};
@@ -36,8 +39,8 @@ pub struct PyFile {
     pub source: String,
     /// The syntax tree and tokens.
     pub parsed: Parsed<ModModule>,
-    /// Byte offset of the start of each line.
-    line_starts: Vec<usize>,
+    /// Byte offset of the start of each line (computed when first needed).
+    line_starts: OnceLock<Vec<usize>>,
     /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
     pub test_file: bool,
 }
@@ -63,11 +66,10 @@ pub(crate) fn parse_source(source: &str) -> Result<Parsed<ModModule>, (String, u
 impl PyFile {
     /// Parses `source` read from `path`; a syntax error is a [`FileError`] with its line.
     pub fn parse(path: PathBuf, source: String) -> Result<PyFile, FileError> {
-        let line_starts = line_starts(&source);
         let parsed = match parse_source(&source) {
             Ok(parsed) => parsed,
             Err((message, offset)) => {
-                let line = line_starts.partition_point(|&s| s <= offset);
+                let line = line_starts(&source).partition_point(|&s| s <= offset);
                 return Err(FileError {
                     path,
                     message: format!("syntax error: {message}"),
@@ -80,7 +82,7 @@ impl PyFile {
             path,
             source,
             parsed,
-            line_starts,
+            line_starts: OnceLock::new(),
             test_file,
         })
     }
@@ -92,7 +94,11 @@ impl PyFile {
 
     /// 1-based line of a byte offset.
     pub fn line_of(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&s| s <= offset).max(1)
+        self.line_starts().partition_point(|&s| s <= offset).max(1)
+    }
+
+    fn line_starts(&self) -> &[usize] {
+        self.line_starts.get_or_init(|| line_starts(&self.source))
     }
 
     /// The region of a byte range (1-based lines, columns in characters, end exclusive).
@@ -109,7 +115,7 @@ impl PyFile {
 
     fn line_col(&self, offset: usize) -> (usize, usize) {
         let line = self.line_of(offset);
-        let start = self.line_starts[line - 1];
+        let start = self.line_starts()[line - 1];
         let column = self
             .source
             .get(start..offset)
@@ -137,9 +143,8 @@ fn is_test_path(path: &Path) -> bool {
     if name.starts_with("test_") || name.ends_with("_test.py") || name == "conftest.py" {
         return true;
     }
-    path.components().any(|c| {
-        matches!(c, std::path::Component::Normal(dir) if dir == "tests" || dir == "test")
-    })
+    path.components()
+        .any(|c| matches!(c, std::path::Component::Normal(dir) if dir == "tests" || dir == "test"))
 }
 
 /// A file of the package with its facts.
@@ -184,11 +189,11 @@ pub struct PyContext<'a> {
     /// Per file, per function: does it contain a step loop (directly or through its calls).
     has_step_loop: Vec<Vec<bool>>,
     /// Functions by name: (file, fn index).
-    by_name: HashMap<&'a str, Vec<(usize, usize)>>,
-    /// Any file of the package mentions 16-bit precision (autocast, bfloat16, half, ...).
-    pub mixed_precision: bool,
-    /// Any file of the package shows gradient accumulation.
-    pub grad_accumulation: bool,
+    by_name: FxHashMap<&'a str, Vec<(usize, usize)>>,
+    /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
+    call_targets: Vec<Vec<Vec<(usize, usize)>>>,
+    mixed_precision: OnceLock<bool>,
+    grad_accumulation: OnceLock<bool>,
 }
 
 /// The most functions of one name a call is followed into (more: the name is too common to tell).
@@ -199,29 +204,67 @@ const MAX_CALL_DEPTH: usize = 6;
 impl<'a> PyContext<'a> {
     /// Analyses a package.
     pub fn build(units: &'a [PyUnit<'a>], config: &'a Config) -> PyContext<'a> {
-        let mut by_name: HashMap<&'a str, Vec<(usize, usize)>> = HashMap::new();
+        let mut by_name: FxHashMap<&'a str, Vec<(usize, usize)>> = FxHashMap::default();
         for (f, unit) in units.iter().enumerate() {
             for (i, func) in unit.facts.fns.iter().enumerate() {
                 by_name.entry(func.name).or_default().push((f, i));
             }
         }
-        let mixed_precision = units.iter().any(|u| names::mentions_mixed_precision(&u.file.source));
-        let grad_accumulation = units
-            .iter()
-            .any(|u| names::mentions_grad_accumulation(&u.file.source));
         let mut cx = PyContext {
             units,
             config,
-            step_loop: units.iter().map(|u| vec![false; u.facts.loops.len()]).collect(),
-            outer_loop: units.iter().map(|u| vec![false; u.facts.loops.len()]).collect(),
-            fn_hit: units.iter().map(|u| vec![None; u.facts.fns.len()]).collect(),
-            has_step_loop: units.iter().map(|u| vec![false; u.facts.fns.len()]).collect(),
+            step_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.loops.len()])
+                .collect(),
+            outer_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.loops.len()])
+                .collect(),
+            fn_hit: units
+                .iter()
+                .map(|u| vec![None; u.facts.fns.len()])
+                .collect(),
+            has_step_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.fns.len()])
+                .collect(),
             by_name,
-            mixed_precision,
-            grad_accumulation,
+            call_targets: Vec::new(),
+            mixed_precision: OnceLock::new(),
+            grad_accumulation: OnceLock::new(),
         };
+        cx.call_targets = units
+            .iter()
+            .enumerate()
+            .map(|(f, unit)| {
+                unit.facts
+                    .calls
+                    .iter()
+                    .map(|call| cx.targets(f, call))
+                    .collect()
+            })
+            .collect();
         cx.analyse();
         cx
+    }
+
+    /// Whether any file of the package mentions 16-bit precision (autocast, bfloat16, half, ...).
+    pub fn mixed_precision(&self) -> bool {
+        *self.mixed_precision.get_or_init(|| {
+            self.units
+                .iter()
+                .any(|u| names::mentions_mixed_precision(&u.file.source))
+        })
+    }
+
+    /// Whether any file of the package shows gradient accumulation.
+    pub fn grad_accumulation(&self) -> bool {
+        *self.grad_accumulation.get_or_init(|| {
+            self.units
+                .iter()
+                .any(|u| names::mentions_grad_accumulation(&u.file.source))
+        })
     }
 
     /// The functions a call may run: same-package functions of its name (`foo(..)`, `self.foo(..)`,
@@ -246,7 +289,8 @@ impl<'a> PyContext<'a> {
             .filter(|&(f, i)| {
                 let callee = &self.units[f].facts.fns[i];
                 if is_self {
-                    callee.class.is_some() && (caller_class.is_none() || callee.class == caller_class || f != file)
+                    callee.class.is_some()
+                        && (caller_class.is_none() || callee.class == caller_class || f != file)
                 } else if call.func_name.is_some() {
                     // A plain call: a module-level function, or a class (its `__init__` is not a step).
                     callee.class.is_none()
@@ -274,17 +318,21 @@ impl<'a> PyContext<'a> {
     fn analyse(&mut self) {
         let units = self.units;
         // 1. Which functions reach a step marker (directly or through the package's functions).
-        let mut reaches: Vec<Vec<bool>> = units.iter().map(|u| vec![false; u.facts.fns.len()]).collect();
-        let mut edges: Vec<Vec<Vec<(usize, usize)>>> =
-            units.iter().map(|u| vec![Vec::new(); u.facts.fns.len()]).collect();
+        let mut reaches: Vec<Vec<bool>> = units
+            .iter()
+            .map(|u| vec![false; u.facts.fns.len()])
+            .collect();
+        let mut edges: Vec<Vec<Vec<(usize, usize)>>> = units
+            .iter()
+            .map(|u| vec![Vec::new(); u.facts.fns.len()])
+            .collect();
         for (f, unit) in units.iter().enumerate() {
-            for call in &unit.facts.calls {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
                 let Some(fi) = call.fn_idx else { continue };
                 if self.is_marker(f, call) {
                     reaches[f][fi] = true;
                 }
-                let targets = self.targets(f, call);
-                edges[f][fi].extend(targets);
+                edges[f][fi].extend_from_slice(&self.call_targets[f][c]);
             }
         }
         let mut changed = true;
@@ -304,12 +352,14 @@ impl<'a> PyContext<'a> {
         }
         // 2. Step loops: a marker, or a call into a reaching function, in the loop body.
         for (f, unit) in units.iter().enumerate() {
-            for call in &unit.facts.calls {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
                 if call.in_test || call.loops.is_empty() {
                     continue;
                 }
                 let step = self.is_marker(f, call)
-                    || self.targets(f, call).iter().any(|&(g, gi)| reaches[g][gi]);
+                    || self.call_targets[f][c]
+                        .iter()
+                        .any(|&(g, gi)| reaches[g][gi]);
                 if step {
                     for &l in &call.loops {
                         self.step_loop[f][l] = true;
@@ -333,7 +383,9 @@ impl<'a> PyContext<'a> {
             for f in 0..units.len() {
                 for fi in 0..self.has_step_loop[f].len() {
                     if !self.has_step_loop[f][fi]
-                        && edges[f][fi].iter().any(|&(g, gi)| self.has_step_loop[g][gi])
+                        && edges[f][fi]
+                            .iter()
+                            .any(|&(g, gi)| self.has_step_loop[g][gi])
                     {
                         self.has_step_loop[f][fi] = true;
                         changed = true;
@@ -356,11 +408,14 @@ impl<'a> PyContext<'a> {
                     }
                 }
             }
-            for call in &unit.facts.calls {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
                 if call.loops.is_empty() {
                     continue;
                 }
-                if self.targets(f, call).iter().any(|&(g, gi)| self.has_step_loop[g][gi]) {
+                if self.call_targets[f][c]
+                    .iter()
+                    .any(|&(g, gi)| self.has_step_loop[g][gi])
+                {
                     for &l in &call.loops {
                         if self.step_loop[f][l] {
                             self.outer_loop[f][l] = true;
@@ -389,9 +444,12 @@ impl<'a> PyContext<'a> {
         // Calls made directly in step loops.
         let mut seeds = Vec::new();
         for (f, unit) in units.iter().enumerate() {
-            for call in &unit.facts.calls {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
+                if self.call_targets[f][c].is_empty() {
+                    continue;
+                }
                 if let Some(hit) = self.loop_hit(f, call) {
-                    for target in self.targets(f, call) {
+                    for &target in &self.call_targets[f][c] {
                         seeds.push((target, hit.clone(), call.display_name()));
                     }
                 }
@@ -402,7 +460,10 @@ impl<'a> PyContext<'a> {
             if self.has_step_loop[g][gi] {
                 hit.outer = true;
             }
-            if self.fn_hit[g][gi].as_ref().is_none_or(|old| !old.is_per_step() && hit.is_per_step()) {
+            if self.fn_hit[g][gi]
+                .as_ref()
+                .is_none_or(|old| !old.is_per_step() && hit.is_per_step())
+            {
                 self.fn_hit[g][gi] = Some(hit);
                 queue.push((g, gi));
             }
@@ -413,16 +474,19 @@ impl<'a> PyContext<'a> {
             rounds += 1;
             let mut next = Vec::new();
             for (f, fi) in std::mem::take(&mut queue) {
-                let Some(hit) = self.fn_hit[f][fi].clone() else { continue };
-                for call in &units[f].facts.calls {
-                    if call.fn_idx != Some(fi) || call.in_test {
+                let Some(hit) = self.fn_hit[f][fi].clone() else {
+                    continue;
+                };
+                for (c, call) in units[f].facts.calls.iter().enumerate() {
+                    if call.fn_idx != Some(fi) || call.in_test || self.call_targets[f][c].is_empty()
+                    {
                         continue;
                     }
                     // Calls in the function's own step loops are seeded from there.
                     if call.loops.iter().any(|&l| self.step_loop[f][l]) {
                         continue;
                     }
-                    for (g, gi) in self.targets(f, call) {
+                    for &(g, gi) in &self.call_targets[f][c] {
                         if (g, gi) == (f, fi) {
                             continue;
                         }
@@ -447,12 +511,16 @@ impl<'a> PyContext<'a> {
             return None;
         }
         let loops = &call.loops;
-        let pos = (0..loops.len()).rev().find(|&p| self.step_loop[file][loops[p]])?;
+        let pos = (0..loops.len())
+            .rev()
+            .find(|&p| self.step_loop[file][loops[p]])?;
         let l = loops[pos];
         let unit = &self.units[file];
         Some(PyHit {
             loop_file: file,
-            loop_line: unit.file.line_of(unit.facts.loops[l].range.start().to_usize()),
+            loop_line: unit
+                .file
+                .line_of(unit.facts.loops[l].range.start().to_usize()),
             step_body: None,
             via: Vec::new(),
             outer: self.outer_loop[file][l],
@@ -489,12 +557,17 @@ impl<'a> PyContext<'a> {
         if in_test {
             return None;
         }
-        if let Some(pos) = (0..loops.len()).rev().find(|&p| self.step_loop[file][loops[p]]) {
+        if let Some(pos) = (0..loops.len())
+            .rev()
+            .find(|&p| self.step_loop[file][loops[p]])
+        {
             let l = loops[pos];
             let unit = &self.units[file];
             return Some(PyHit {
                 loop_file: file,
-                loop_line: unit.file.line_of(unit.facts.loops[l].range.start().to_usize()),
+                loop_line: unit
+                    .file
+                    .line_of(unit.facts.loops[l].range.start().to_usize()),
                 step_body: None,
                 via: Vec::new(),
                 outer: self.outer_loop[file][l],
@@ -540,7 +613,9 @@ impl<'a> PyContext<'a> {
     /// `torch.cuda.synchronize()`.
     pub fn callee_range(call: &PyCall<'_>) -> TextRange {
         match &*call.call.func {
-            Expr::Attribute(attr) if call.path.is_none() || call.method.is_some_and(|_| !is_module_path(call)) => {
+            Expr::Attribute(attr)
+                if call.path.is_none() || call.method.is_some_and(|_| !is_module_path(call)) =>
+            {
                 attr.attr.range()
             }
             func => func.range(),
@@ -678,7 +753,13 @@ impl<'a> PyContext<'a> {
 
     /// What an expression is, as far as the package tells: a tensor, a tensor that carries an
     /// autograd graph, a device, ...
-    pub fn value_kind(&self, file: usize, fn_idx: Option<usize>, expr: &Expr, offset: usize) -> ValueKind {
+    pub fn value_kind(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+    ) -> ValueKind {
         self.value_kind_depth(file, fn_idx, expr, offset, 0)
     }
 
@@ -699,7 +780,13 @@ impl<'a> PyContext<'a> {
                 if let Expr::Attribute(attr) = &*call.func {
                     let method = attr.attr.as_str();
                     if names::DETACHING_METHODS.contains(&method) {
-                        return match self.value_kind_depth(file, fn_idx, &attr.value, offset, depth + 1) {
+                        return match self.value_kind_depth(
+                            file,
+                            fn_idx,
+                            &attr.value,
+                            offset,
+                            depth + 1,
+                        ) {
                             ValueKind::Graph | ValueKind::Tensor => ValueKind::Tensor,
                             other => other,
                         };
@@ -728,25 +815,31 @@ impl<'a> PyContext<'a> {
                 // A name bound to a module or loss (`criterion = nn.CrossEntropyLoss()`).
                 if let Expr::Name(_) = &*call.func
                     && let Some(bound) = self.bound_call(file, fn_idx, &call.func, offset)
-                    && (bound.starts_with("nn.") || bound.starts_with("torch.nn.") || bound.ends_with("Loss"))
+                    && (bound.starts_with("nn.")
+                        || bound.starts_with("torch.nn.")
+                        || bound.ends_with("Loss"))
                 {
                     return ValueKind::Graph;
                 }
                 ValueKind::Unknown
             }
-            Expr::Attribute(attr) => {
-                match attr.attr.as_str() {
-                    "loss" | "logits" => ValueKind::Graph,
-                    "grad" | "data" => ValueKind::Tensor,
-                    "shape" => ValueKind::Host,
-                    _ => {
-                        if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
-                            return self.value_kind_depth(file, assign.fn_idx, assign.value, assign.at, depth + 1);
-                        }
-                        ValueKind::Unknown
+            Expr::Attribute(attr) => match attr.attr.as_str() {
+                "loss" | "logits" => ValueKind::Graph,
+                "grad" | "data" => ValueKind::Tensor,
+                "shape" => ValueKind::Host,
+                _ => {
+                    if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
+                        return self.value_kind_depth(
+                            file,
+                            assign.fn_idx,
+                            assign.value,
+                            assign.at,
+                            depth + 1,
+                        );
                     }
+                    ValueKind::Unknown
                 }
-            }
+            },
             Expr::Name(name) => {
                 if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
                     if std::ptr::eq(assign.value, expr) {
@@ -756,7 +849,13 @@ impl<'a> PyContext<'a> {
                     if assign.loop_target {
                         return self.iterated_kind(file, assign);
                     }
-                    let kind = self.value_kind_depth(file, assign.fn_idx, assign.value, assign.at, depth + 1);
+                    let kind = self.value_kind_depth(
+                        file,
+                        assign.fn_idx,
+                        assign.value,
+                        assign.at,
+                        depth + 1,
+                    );
                     if kind != ValueKind::Unknown {
                         return kind;
                     }
@@ -775,11 +874,15 @@ impl<'a> PyContext<'a> {
                     _ => ValueKind::Unknown,
                 }
             }
-            Expr::Subscript(sub) => match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1) {
-                kind @ (ValueKind::Tensor | ValueKind::Graph) => kind,
-                _ => ValueKind::Unknown,
-            },
-            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::BooleanLiteral(_) => ValueKind::Host,
+            Expr::Subscript(sub) => {
+                match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1) {
+                    kind @ (ValueKind::Tensor | ValueKind::Graph) => kind,
+                    _ => ValueKind::Unknown,
+                }
+            }
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::BooleanLiteral(_) => {
+                ValueKind::Host
+            }
             _ => ValueKind::Unknown,
         }
     }
@@ -787,7 +890,10 @@ impl<'a> PyContext<'a> {
     /// What the elements of a `for` loop's iterable are: batches of a loader are tensors, numbers
     /// of a `range` are not.
     fn iterated_kind(&self, file: usize, assign: &PyAssign<'a>) -> ValueKind {
-        if self.loader_of(file, assign.fn_idx, assign.value, assign.at).is_some() {
+        if self
+            .loader_of(file, assign.fn_idx, assign.value, assign.at)
+            .is_some()
+        {
             return ValueKind::Tensor;
         }
         let name = match assign.value {
@@ -839,7 +945,13 @@ impl<'a> PyContext<'a> {
 
     /// Whether an expression names a device other than the CPU: `device`, `"cuda"`, `"cuda:0"`,
     /// `torch.device("cuda")`, `args.device`, `self.device`, `rank`, ... (not a dtype, not a tensor).
-    pub fn device_of(&self, file: usize, fn_idx: Option<usize>, expr: &Expr, offset: usize) -> Device {
+    pub fn device_of(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+    ) -> Device {
         match expr {
             Expr::StringLiteral(s) => {
                 let text = s.value.to_str();

@@ -5,9 +5,27 @@ use super::ValueKind;
 
 /// Tensor constructors that take `device=`.
 pub const CONSTRUCTORS: &[&str] = &[
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
-    "randperm", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like",
-    "full_like", "rand_like", "randn_like", "randint_like",
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
 ];
 
 /// Constructors PK202 reports when they allocate on the device in a step loop.
@@ -21,8 +39,17 @@ pub const DETACHING_METHODS: &[&str] = &["detach", "detach_"];
 
 /// Methods whose result is a host value, not a tensor.
 pub const HOST_VALUE_METHODS: &[&str] = &[
-    "item", "tolist", "numpy", "size", "dim", "numel", "ndimension", "element_size", "get_device",
-    "is_cuda", "data_ptr",
+    "item",
+    "tolist",
+    "numpy",
+    "size",
+    "dim",
+    "numel",
+    "ndimension",
+    "element_size",
+    "get_device",
+    "is_cuda",
+    "data_ptr",
 ];
 
 /// Whether a dotted callee is a `torch` function (`torch.zeros`, `torch.nn.functional.mse_loss`,
@@ -39,8 +66,18 @@ pub fn torch_function_kind(path: &str) -> ValueKind {
         || path.starts_with("torch.distributed.")
         || matches!(
             last,
-            "device" | "no_grad" | "inference_mode" | "autocast" | "is_tensor" | "numel"
-                | "manual_seed" | "set_grad_enabled" | "load" | "save" | "compile" | "get_default_dtype"
+            "device"
+                | "no_grad"
+                | "inference_mode"
+                | "autocast"
+                | "is_tensor"
+                | "numel"
+                | "manual_seed"
+                | "set_grad_enabled"
+                | "load"
+                | "save"
+                | "compile"
+                | "get_default_dtype"
         )
         || path.starts_with("torch.optim.")
         || path.starts_with("torch.utils.")
@@ -49,7 +86,11 @@ pub fn torch_function_kind(path: &str) -> ValueKind {
         return ValueKind::Unknown;
     }
     if is_loss_callee(last) || path.starts_with("F.") || path.starts_with("torch.nn.functional.") {
-        return if is_loss_callee(last) { ValueKind::Graph } else { ValueKind::Tensor };
+        return if is_loss_callee(last) {
+            ValueKind::Graph
+        } else {
+            ValueKind::Tensor
+        };
     }
     ValueKind::Tensor
 }
@@ -59,7 +100,10 @@ pub fn is_loss_callee(path: &str) -> bool {
     let last = path.rsplit('.').next().unwrap_or(path).to_ascii_lowercase();
     last == "criterion"
         || last.contains("loss")
-        || matches!(last.as_str(), "cross_entropy" | "nll_loss" | "binary_cross_entropy")
+        || matches!(
+            last.as_str(),
+            "cross_entropy" | "nll_loss" | "binary_cross_entropy"
+        )
 }
 
 /// A model call by name (`model(x)`, `self.model(x)`, `net(x)`, `self(x)`).
@@ -67,8 +111,17 @@ pub fn is_model_callee(path: &str) -> bool {
     let last = path.rsplit('.').next().unwrap_or(path);
     matches!(
         last,
-        "model" | "net" | "network" | "module" | "self" | "encoder" | "decoder" | "generator"
-            | "discriminator" | "policy" | "unet"
+        "model"
+            | "net"
+            | "network"
+            | "module"
+            | "self"
+            | "encoder"
+            | "decoder"
+            | "generator"
+            | "discriminator"
+            | "policy"
+            | "unet"
     ) || last.ends_with("_model")
 }
 
@@ -83,7 +136,10 @@ pub fn is_device_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     lower == "dev"
         || lower.contains("device")
-        || matches!(lower.as_str(), "rank" | "local_rank" | "gpu" | "gpu_id" | "cuda")
+        || matches!(
+            lower.as_str(),
+            "rank" | "local_rank" | "gpu" | "gpu_id" | "cuda"
+        )
 }
 
 /// An optimizer by name: `opt`, `optim`, `optimizer`, `g_optimizer`, `opt_d`.
@@ -103,17 +159,39 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
     let last = path.rsplit('.').next().unwrap_or(path);
     matches!(
         last,
-        "SGD" | "Adam" | "AdamW" | "Adagrad" | "Adadelta" | "Adamax" | "RMSprop" | "Rprop" | "LBFGS"
-            | "NAdam" | "RAdam" | "SparseAdam" | "Lion" | "Adafactor" | "LAMB" | "Lamb"
-            | "FusedAdam" | "DeepSpeedCPUAdam"
+        "SGD"
+            | "Adam"
+            | "AdamW"
+            | "Adagrad"
+            | "Adadelta"
+            | "Adamax"
+            | "RMSprop"
+            | "Rprop"
+            | "LBFGS"
+            | "NAdam"
+            | "RAdam"
+            | "SparseAdam"
+            | "Lion"
+            | "Adafactor"
+            | "LAMB"
+            | "Lamb"
+            | "FusedAdam"
+            | "DeepSpeedCPUAdam"
     )
 }
 
 /// Whether a module's text mentions 16-bit precision or autocast anywhere (PK501's "in reach").
 pub fn mentions_mixed_precision(source: &str) -> bool {
     const NEEDLES: &[&[u8]] = &[
-        b"autocast", b"bfloat16", b"float16", b".half()", b"bf16", b"fp16", b"16-mixed",
-        b"GradScaler", b"amp.",
+        b"autocast",
+        b"bfloat16",
+        b"float16",
+        b".half()",
+        b"bf16",
+        b"fp16",
+        b"16-mixed",
+        b"GradScaler",
+        b"amp.",
     ];
     NEEDLES
         .iter()
@@ -123,8 +201,12 @@ pub fn mentions_mixed_precision(source: &str) -> bool {
 /// Whether a module's text shows gradient accumulation (PK502).
 pub fn mentions_grad_accumulation(source: &str) -> bool {
     const NEEDLES: &[&[u8]] = &[
-        b"accumulate_grad_batches", b"gradient_accumulation", b"accumulation_steps", b"accum_iter",
-        b"grad_accum", b"accumulate(",
+        b"accumulate_grad_batches",
+        b"gradient_accumulation",
+        b"accumulation_steps",
+        b"accum_iter",
+        b"grad_accum",
+        b"accumulate(",
     ];
     NEEDLES
         .iter()

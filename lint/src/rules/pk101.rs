@@ -1,9 +1,9 @@
 //! PK101 host-readback-in-step-loop.
 
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -243,7 +243,8 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
         // `t.cpu().numpy()` is one readback, reported at its first step.
         if let PyExpr::Call(inner) = recv
             && let PyExpr::Attribute(attr) = &*inner.func
-            && (python_names::READBACK_METHODS.contains(&attr.attr.as_str()) || attr.attr.as_str() == "to")
+            && (python_names::READBACK_METHODS.contains(&attr.attr.as_str())
+                || attr.attr.as_str() == "to")
         {
             return None;
         }

@@ -1,9 +1,9 @@
 //! PK102 sync-in-step-loop.
 
 use crate::analysis::{CallFact, CrateContext, FileId, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -213,7 +213,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let Some(hit) = cx.step_hit(file, call) else {
             continue;
         };
-        let what = call.path.clone().unwrap_or_else(|| ".synchronize".to_string());
+        let what = call
+            .path
+            .clone()
+            .unwrap_or_else(|| ".synchronize".to_string());
         out.push(
             cx.finding(
                 file,

@@ -79,7 +79,14 @@ impl Rule for GraphKeptAcrossSteps {
                 {
                     continue;
                 }
-                if !kept_across_steps(cx, file, acc.fn_idx, &acc.loops, acc.target, acc.range.start().to_usize()) {
+                if !kept_across_steps(
+                    cx,
+                    file,
+                    acc.fn_idx,
+                    &acc.loops,
+                    acc.target,
+                    acc.range.start().to_usize(),
+                ) {
                     continue;
                 }
                 let target = facts::dotted(acc.target).unwrap_or_else(|| "the total".into());
@@ -95,7 +102,8 @@ impl Rule for GraphKeptAcrossSteps {
             }
         }
         for (file, call) in cx.calls() {
-            let (Some("append" | "extend" | "add"), Some(list)) = (call.method, call.receiver) else {
+            let (Some("append" | "extend" | "add"), Some(list)) = (call.method, call.receiver)
+            else {
                 continue;
             };
             if call.no_grad {
@@ -137,7 +145,11 @@ fn kept_across_steps(
     target: &Expr,
     offset: usize,
 ) -> bool {
-    let step_loop = loops.iter().rev().copied().find(|&l| cx.is_step_loop(file, l));
+    let step_loop = loops
+        .iter()
+        .rev()
+        .copied()
+        .find(|&l| cx.is_step_loop(file, l));
     let Some(l) = step_loop else {
         // A step body (`training_step`) or a helper: only state that outlives the call counts.
         return matches!(target, Expr::Attribute(_));
@@ -145,7 +157,9 @@ fn kept_across_steps(
     let range = cx.units[file].facts.loops[l].range;
     match cx.binding(file, fn_idx, target, offset) {
         // Reset inside the loop: it lives one step.
-        Some(assign) if assign.fn_idx == fn_idx => !range.contains(ruff_text_size::TextSize::try_from(assign.at).unwrap_or_default()),
+        Some(assign) if assign.fn_idx == fn_idx => {
+            !range.contains(ruff_text_size::TextSize::try_from(assign.at).unwrap_or_default())
+        }
         Some(_) => true,
         None => matches!(target, Expr::Attribute(_)),
     }

@@ -9,9 +9,9 @@ use crate::analysis::{
     CallFact, CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework, path_text,
 };
 use crate::diagnostic::{Edit, Fix};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -1019,7 +1019,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 format!("`{name}` builds the tensor on the CPU, then `{copy}` copies it to the device"),
                 format!("create it on the target device: pass `device={target}` to `{name}` and drop `{copy}`"),
             );
-            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor)) && let Some(fix) = python_fix(cx, file, call, ctor, &target) {
+            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
+                && let Some(fix) = python_fix(cx, file, call, ctor, &target)
+            {
                 finding = finding.with_fix(fix);
             }
             out.push(finding);
@@ -1047,13 +1049,21 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         }
         // A helper of the package that returns a CPU tensor: `make_mask(n).cuda()`.
         if let PyExpr::Call(inner) = recv {
-            let Some(helper) = cx.calls().find(|(f, c)| *f == file && std::ptr::eq(c.call, inner)) else {
+            // The receiver call is recorded next to the call on it (calls are listed in visiting
+            // order, nearly by offset), so the search is short.
+            let calls = &cx.units[file].facts.calls;
+            let at = calls.partition_point(|c| c.start < call.start);
+            let window = &calls[at.saturating_sub(64)..(at + 64).min(calls.len())];
+            let Some(helper) = window.iter().find(|c| std::ptr::eq(c.call, inner)) else {
                 continue;
             };
-            for (g, gi) in cx.targets(file, helper.1) {
+            for (g, gi) in cx.targets(file, helper) {
                 let func = &cx.units[g].facts.fns[gi];
                 let returns_cpu = !func.returns.is_empty()
-                    && func.returns.iter().all(|r| python_cpu_constructor_in(r).is_some());
+                    && func
+                        .returns
+                        .iter()
+                        .all(|r| python_cpu_constructor_in(r).is_some());
                 if returns_cpu && seen.insert((file, inner.start())) {
                     out.push(cx.finding(
                         file,
@@ -1107,7 +1117,9 @@ fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
                 .any(|k| k.arg.as_ref().is_none_or(|a| a.as_str() == "device"));
             (!has_device).then_some(call)
         }
-        PyExpr::BinOp(bin) => python_cpu_constructor_in(&bin.left).or_else(|| python_cpu_constructor_in(&bin.right)),
+        PyExpr::BinOp(bin) => {
+            python_cpu_constructor_in(&bin.left).or_else(|| python_cpu_constructor_in(&bin.right))
+        }
         _ => None,
     }
 }
@@ -1140,7 +1152,11 @@ fn python_fix(
     let close = args.end().to_usize().saturating_sub(1);
     let (at, insert) = match last_end {
         // `torch.zeros(n,)`: after the trailing comma.
-        Some(end) if source.get(end.to_usize()..close).is_some_and(|t| t.trim_start().starts_with(',')) => {
+        Some(end)
+            if source
+                .get(end.to_usize()..close)
+                .is_some_and(|t| t.trim_start().starts_with(',')) =>
+        {
             let comma = end.to_usize() + source[end.to_usize()..close].find(',')?;
             (comma + 1, format!(" device={target}"))
         }
@@ -1150,8 +1166,16 @@ fn python_fix(
     Some(Fix {
         title: "create the tensor on the target device".to_string(),
         edits: vec![
-            Edit { start: at, end: at, replacement: insert },
-            Edit { start: ctor_end, end: copy_end, replacement: String::new() },
+            Edit {
+                start: at,
+                end: at,
+                replacement: insert,
+            },
+            Edit {
+                start: ctor_end,
+                end: copy_end,
+                replacement: String::new(),
+            },
         ],
     })
 }

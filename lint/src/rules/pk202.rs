@@ -2,9 +2,9 @@
 
 use crate::analysis::patterns::{is_tensor_fn, last_arg_device};
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 /// Tensor constructors that allocate without copying host data and whose content does not change
 /// from step to step (so the tensor could be made once). Random constructors (`randn`, `rand`,
@@ -151,23 +151,40 @@ fn allocation(
 /// in a step loop.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls() {
-        let Some(path) = call.path.as_deref() else { continue };
-        let Some(name) = path.strip_prefix("torch.") else { continue };
+        let Some(path) = call.path.as_deref() else {
+            continue;
+        };
+        let Some(name) = path.strip_prefix("torch.") else {
+            continue;
+        };
         if !python_names::ALLOCATORS.contains(&name) {
             continue;
         }
         // Only device allocations: a CPU tensor is PK201's business, if it is copied.
-        let Some(device) = python_keyword(call.call, "device") else { continue };
+        let Some(device) = python_keyword(call.call, "device") else {
+            continue;
+        };
         if cx.device_of(file, call.fn_idx, device, call.start) == Device::Cpu {
             continue;
         }
-        let Some(hit) = cx.step_hit(file, call) else { continue };
-        let step_loop = call.loops.iter().rev().copied().find(|&l| cx.is_step_loop(file, l));
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        let step_loop = call
+            .loops
+            .iter()
+            .rev()
+            .copied()
+            .find(|&l| cx.is_step_loop(file, l));
         let shape: Vec<&PyExpr> = match name {
             "full" => call.call.arguments.args.iter().take(1).collect(),
             _ => call.call.arguments.args.iter().collect(),
         };
-        if shape.is_empty() || !shape.iter().all(|e| invariant(cx, file, call, step_loop, e)) {
+        if shape.is_empty()
+            || !shape
+                .iter()
+                .all(|e| invariant(cx, file, call, step_loop, e))
+        {
             continue;
         }
         out.push(
@@ -184,12 +201,27 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
 
 /// Whether a shape expression has the same value on every step: literals, and names and
 /// attributes not bound inside the step loop (in a step body: only literals and `self.` fields).
-fn invariant(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>, step_loop: Option<usize>, expr: &PyExpr) -> bool {
+fn invariant(
+    cx: &PyContext<'_>,
+    file: usize,
+    call: &PyCall<'_>,
+    step_loop: Option<usize>,
+    expr: &PyExpr,
+) -> bool {
     match expr {
         PyExpr::NumberLiteral(_) => true,
-        PyExpr::Tuple(t) => t.elts.iter().all(|e| invariant(cx, file, call, step_loop, e)),
-        PyExpr::List(t) => t.elts.iter().all(|e| invariant(cx, file, call, step_loop, e)),
-        PyExpr::BinOp(b) => invariant(cx, file, call, step_loop, &b.left) && invariant(cx, file, call, step_loop, &b.right),
+        PyExpr::Tuple(t) => t
+            .elts
+            .iter()
+            .all(|e| invariant(cx, file, call, step_loop, e)),
+        PyExpr::List(t) => t
+            .elts
+            .iter()
+            .all(|e| invariant(cx, file, call, step_loop, e)),
+        PyExpr::BinOp(b) => {
+            invariant(cx, file, call, step_loop, &b.left)
+                && invariant(cx, file, call, step_loop, &b.right)
+        }
         PyExpr::Attribute(a) => match &*a.value {
             PyExpr::Name(n) if n.id.as_str() == "self" => a.attr.as_str() != "shape",
             _ => a.attr.as_str() != "shape" && invariant(cx, file, call, step_loop, &a.value),

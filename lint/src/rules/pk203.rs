@@ -9,9 +9,9 @@ use crate::analysis::patterns::{
     binding_name, chain_has, is_inside_loop, is_tensor_fn, last_arg_device, root_name,
 };
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 /// Constructors that copy host data into a new tensor on the given device.
 pub(crate) const UPLOAD_CONSTRUCTORS: &[&str] = &[
@@ -612,10 +612,14 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             if call.in_test {
                 continue;
             }
-            let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") = call.path.as_deref() else {
+            let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") =
+                call.path.as_deref()
+            else {
                 continue;
             };
-            let Some(first) = call.call.arguments.args.first() else { continue };
+            let Some(first) = call.call.arguments.args.first() else {
+                continue;
+            };
             let element = match first {
                 PyExpr::ListComp(c) => Some(&c.elt),
                 PyExpr::Generator(g) => Some(&g.elt),
@@ -623,12 +627,19 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             };
             if let Some(element) = element {
                 if let Some(upload) = upload_in(cx, file, call, element) {
-                    out.push(finding(cx, file, upload, call.path.as_deref().unwrap_or("torch.stack")));
+                    out.push(finding(
+                        cx,
+                        file,
+                        upload,
+                        call.path.as_deref().unwrap_or("torch.stack"),
+                    ));
                 }
                 continue;
             }
             // `for s in samples: xs.append(s.to(dev))` ... `torch.stack(xs)`.
-            let Some(list) = facts::dotted(first) else { continue };
+            let Some(list) = facts::dotted(first) else {
+                continue;
+            };
             for append in calls {
                 if append.fn_idx != call.fn_idx
                     || append.start > call.start
@@ -638,9 +649,16 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 {
                     continue;
                 }
-                let Some(value) = append.call.arguments.args.first() else { continue };
+                let Some(value) = append.call.arguments.args.first() else {
+                    continue;
+                };
                 if let Some(upload) = upload_in(cx, file, append, value) {
-                    out.push(finding(cx, file, upload, call.path.as_deref().unwrap_or("torch.stack")));
+                    out.push(finding(
+                        cx,
+                        file,
+                        upload,
+                        call.path.as_deref().unwrap_or("torch.stack"),
+                    ));
                 }
             }
         }
@@ -661,13 +679,24 @@ fn finding(cx: &PyContext<'_>, file: usize, upload: &PyExprCall, stack: &str) ->
 }
 
 /// A `.to(device)` / `.cuda()` call in `expr` (the element of a per-sample expression).
-fn upload_in<'e>(cx: &PyContext<'_>, file: usize, at: &PyCall<'_>, expr: &'e PyExpr) -> Option<&'e PyExprCall> {
-    let PyExpr::Call(call) = expr else { return None };
+fn upload_in<'e>(
+    cx: &PyContext<'_>,
+    file: usize,
+    at: &PyCall<'_>,
+    expr: &'e PyExpr,
+) -> Option<&'e PyExprCall> {
+    let PyExpr::Call(call) = expr else {
+        return None;
+    };
     if let PyExpr::Attribute(attr) = &*call.func {
         match attr.attr.as_str() {
             "cuda" => return Some(call),
             "to" => {
-                let device = call.arguments.args.first().or_else(|| python_keyword(call, "device"))?;
+                let device = call
+                    .arguments
+                    .args
+                    .first()
+                    .or_else(|| python_keyword(call, "device"))?;
                 if cx.device_of(file, at.fn_idx, device, at.start) == Device::Accelerator {
                     return Some(call);
                 }

@@ -5,9 +5,9 @@ use syn::visit::{self, Visit};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
 use crate::analysis::{CallRef, CrateContext, FileId, FnFact};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -376,18 +376,32 @@ impl<'a> ChainWalker<'_, 'a> {
 /// serves an in-memory `TensorDataset`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls() {
-        if call.in_test || !call.path.as_deref().is_some_and(|p| p.ends_with("DataLoader")) {
+        if call.in_test
+            || !call
+                .path
+                .as_deref()
+                .is_some_and(|p| p.ends_with("DataLoader"))
+        {
             continue;
         }
         let workers = python_keyword(call.call, "num_workers");
         let zero = match workers {
             None if call.has_double_star() => continue,
             None => None,
-            Some(PyExpr::NumberLiteral(n)) if n.value.as_int().and_then(|i| i.as_u64()) == Some(0) => Some(()),
+            Some(PyExpr::NumberLiteral(n))
+                if n.value.as_int().and_then(|i| i.as_u64()) == Some(0) =>
+            {
+                Some(())
+            }
             // `num_workers=args.workers`: configurable.
             Some(_) => continue,
         };
-        let dataset = call.call.arguments.args.first().or_else(|| python_keyword(call.call, "dataset"));
+        let dataset = call
+            .call
+            .arguments
+            .args
+            .first()
+            .or_else(|| python_keyword(call.call, "dataset"));
         if dataset.is_some_and(|d| in_memory_dataset(cx, file, call, d)) {
             continue;
         }

@@ -1,9 +1,9 @@
 //! PK302 `loader-default-batch-size`: a burn data loader built without a batch size.
 
 use crate::analysis::CrateContext;
-use crate::rules::pk301::loader_chains;
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::pk301::loader_chains;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -87,7 +87,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls() {
         if call.in_test
             || call.has_double_star()
-            || !call.path.as_deref().is_some_and(|p| p.ends_with("DataLoader"))
+            || !call
+                .path
+                .as_deref()
+                .is_some_and(|p| p.ends_with("DataLoader"))
         {
             continue;
         }

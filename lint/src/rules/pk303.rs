@@ -2,9 +2,9 @@
 
 use crate::analysis::patterns::root_name;
 use crate::analysis::{CallFact, CrateContext, FileId, Framework};
-use crate::rules::pk203::is_upload;
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::pk203::is_upload;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -160,20 +160,30 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             continue;
         };
         if method == "to" {
-            let Some(device) = call.call.arguments.args.first().or_else(|| python_keyword(call.call, "device")) else {
+            let Some(device) = call
+                .call
+                .arguments
+                .args
+                .first()
+                .or_else(|| python_keyword(call.call, "device"))
+            else {
                 continue;
             };
             if cx.device_of(file, call.fn_idx, device, call.start) != Device::Accelerator {
                 continue;
             }
         }
-        let Some(hit) = cx.step_hit(file, call) else { continue };
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
         // The batch: a loop target over a loader (`x` of `for x, y in loader`, `batch["ids"]`).
         let base = match recv {
             PyExpr::Subscript(sub) => &*sub.value,
             other => other,
         };
-        let Some(assign) = cx.binding(file, call.fn_idx, base, call.start) else { continue };
+        let Some(assign) = cx.binding(file, call.fn_idx, base, call.start) else {
+            continue;
+        };
         if !assign.loop_target {
             continue;
         }
@@ -186,7 +196,8 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             Some(_) => true,
         };
         let non_blocking = matches!(python_keyword(call.call, "non_blocking"), Some(PyExpr::BooleanLiteral(b)) if b.value)
-            || python_keyword(call.call, "non_blocking").is_some_and(|e| !matches!(e, PyExpr::BooleanLiteral(_)));
+            || python_keyword(call.call, "non_blocking")
+                .is_some_and(|e| !matches!(e, PyExpr::BooleanLiteral(_)));
         let line = cx.file(file).line_of(loader.start().to_usize());
         let finding = if !pinned {
             cx.finding(

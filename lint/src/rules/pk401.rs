@@ -4,9 +4,9 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
 use crate::analysis::{CallFact, CallRef, CrateContext, CrateFile, DeviceKind};
-use crate::rules::pk201::strip_result;
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::pk201::strip_result;
 use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -397,7 +397,8 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             continue;
         }
         let checked = unit.facts.calls.iter().any(|c| {
-            c.method.is_some_and(|m| matches!(m, "is_available" | "device_count"))
+            c.method
+                .is_some_and(|m| matches!(m, "is_available" | "device_count"))
         });
         if checked {
             continue;
@@ -409,9 +410,19 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             let args = &call.call.arguments;
             let literal_index = |e: &PyExpr| matches!(e, PyExpr::NumberLiteral(_));
             let hardcoded: Option<TextRange> = match (call.path.as_deref(), call.method) {
-                (Some("torch.device"), _) if args.args.len() == 2 && literal_index(&args.args[1]) => Some(call.call.range()),
-                (Some("torch.cuda.set_device"), _) if args.args.first().is_some_and(literal_index) => Some(call.call.range()),
-                (_, Some("cuda")) if args.args.first().is_some_and(literal_index) => Some(PyContext::callee_range(call)),
+                (Some("torch.device"), _)
+                    if args.args.len() == 2 && literal_index(&args.args[1]) =>
+                {
+                    Some(call.call.range())
+                }
+                (Some("torch.cuda.set_device"), _)
+                    if args.args.first().is_some_and(literal_index) =>
+                {
+                    Some(call.call.range())
+                }
+                (_, Some("cuda")) if args.args.first().is_some_and(literal_index) => {
+                    Some(PyContext::callee_range(call))
+                }
                 _ => args
                     .args
                     .iter()
@@ -433,7 +444,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
 
 /// `"cuda:0"`, `"cuda:1"`, ...
 fn cuda_index_literal(expr: &PyExpr) -> bool {
-    let PyExpr::StringLiteral(s) = expr else { return false };
+    let PyExpr::StringLiteral(s) = expr else {
+        return false;
+    };
     s.value
         .to_str()
         .strip_prefix("cuda:")

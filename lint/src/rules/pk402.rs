@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use syn::Expr;
 
 use crate::analysis::{CallFact, CallRef, CrateContext, FileId, path_text};
-use crate::rules::pk201::strip_ref;
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::pk201::strip_ref;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -381,22 +381,28 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, unit) in cx.units.iter().enumerate() {
         let mut sets: Vec<(TextRange, Option<usize>)> = Vec::new();
         for (target, key, range, fn_idx) in &unit.facts.subscript_assigns {
-            if facts::dotted(target).is_some_and(|p| p.ends_with("environ")) && visible_devices(key) {
+            if facts::dotted(target).is_some_and(|p| p.ends_with("environ")) && visible_devices(key)
+            {
                 sets.push((*range, *fn_idx));
             }
         }
         for call in &unit.facts.calls {
             let setter = matches!(call.path.as_deref(), Some(p) if p.ends_with("environ.setdefault") || p == "os.putenv");
-            if setter && call.call.arguments.args.first().is_some_and(visible_devices) {
+            if setter
+                && call
+                    .call
+                    .arguments
+                    .args
+                    .first()
+                    .is_some_and(visible_devices)
+            {
                 sets.push((call.call.range(), call.fn_idx));
             }
         }
         for (range, fn_idx) in sets {
             let at = range.start().to_usize();
             let init = unit.facts.calls.iter().find(|c| {
-                c.start < at
-                    && (c.fn_idx == fn_idx || c.fn_idx.is_none())
-                    && initialises_cuda(c)
+                c.start < at && (c.fn_idx == fn_idx || c.fn_idx.is_none()) && initialises_cuda(c)
             });
             let Some(init) = init else { continue };
             let line = unit.file.line_of(init.start);
@@ -422,9 +428,14 @@ fn initialises_cuda(call: &PyCall<'_>) -> bool {
     matches!(
         call.path.as_deref(),
         Some(
-            "torch.cuda.is_available" | "torch.cuda.device_count" | "torch.cuda.set_device"
-                | "torch.cuda.init" | "torch.cuda.current_device" | "torch.cuda.get_device_name"
-                | "torch.cuda.mem_get_info" | "torch.cuda.get_device_properties"
+            "torch.cuda.is_available"
+                | "torch.cuda.device_count"
+                | "torch.cuda.set_device"
+                | "torch.cuda.init"
+                | "torch.cuda.current_device"
+                | "torch.cuda.get_device_name"
+                | "torch.cuda.mem_get_info"
+                | "torch.cuda.get_device_properties"
         )
     )
 }

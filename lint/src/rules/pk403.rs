@@ -1,9 +1,9 @@
 //! PK403 `checkpoint-load-without-device`: tch loaders that restore tensors to their saved device.
 
 use crate::analysis::{CrateContext, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does

@@ -5,9 +5,9 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -420,10 +420,18 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         }
         let path = call.path.as_deref().unwrap_or("");
         if path.ends_with("Trainer") || path.ends_with("Fabric") {
-            let Some(precision) = call.keyword("precision") else { continue };
+            let Some(precision) = call.keyword("precision") else {
+                continue;
+            };
             let full = match precision {
-                PyExpr::NumberLiteral(n) => n.value.as_int().and_then(|i| i.as_u64()).is_some_and(|v| v == 32 || v == 64),
-                PyExpr::StringLiteral(s) => matches!(s.value.to_str(), "32" | "32-true" | "64" | "64-true"),
+                PyExpr::NumberLiteral(n) => n
+                    .value
+                    .as_int()
+                    .and_then(|i| i.as_u64())
+                    .is_some_and(|v| v == 32 || v == 64),
+                PyExpr::StringLiteral(s) => {
+                    matches!(s.value.to_str(), "32" | "32-true" | "64" | "64-true")
+                }
                 _ => false,
             };
             if full {
@@ -437,7 +445,8 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
             continue;
         }
-        if reported_package || cx.mixed_precision || !python_names::is_optimizer_constructor(path) {
+        if reported_package || cx.mixed_precision() || !python_names::is_optimizer_constructor(path)
+        {
             continue;
         }
         if !path.contains("optim") && call.func_name.is_none() {

@@ -8,9 +8,9 @@ use syn::{Expr, Token};
 
 use crate::analysis::patterns::binding_name;
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
-use crate::rules::pk301::int_literal;
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -455,7 +455,7 @@ mod tests {
 /// unless gradient accumulation appears in the package. Evaluation loaders (`shuffle=False`,
 /// `val_`/`test_`/`eval_` keywords) are not training batches.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    if cx.grad_accumulation {
+    if cx.grad_accumulation() {
         return;
     }
     let min = cx.config.min_batch_size;
@@ -466,7 +466,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let mut literal: Option<&PyExpr> = None;
         for keyword in &call.call.arguments.keywords {
             let Some(arg) = &keyword.arg else { continue };
-            if matches!(arg.as_str(), "batch_size" | "train_batch_size" | "per_device_train_batch_size") {
+            if matches!(
+                arg.as_str(),
+                "batch_size" | "train_batch_size" | "per_device_train_batch_size"
+            ) {
                 literal = Some(&keyword.value);
             }
         }
@@ -479,12 +482,18 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 PyExpr::StringLiteral(s) => Some(s.value.to_str().to_string()),
                 _ => None,
             });
-            if flag.is_some_and(|f| matches!(f.as_str(), "--batch-size" | "--batch_size" | "--bs" | "-b")) {
+            if flag.is_some_and(|f| {
+                matches!(f.as_str(), "--batch-size" | "--batch_size" | "--bs" | "-b")
+            }) {
                 literal = call.keyword("default");
             }
         }
-        let Some(PyExpr::NumberLiteral(n)) = literal else { continue };
-        let Some(value) = n.value.as_int().and_then(|i| i.as_u64()) else { continue };
+        let Some(PyExpr::NumberLiteral(n)) = literal else {
+            continue;
+        };
+        let Some(value) = n.value.as_int().and_then(|i| i.as_u64()) else {
+            continue;
+        };
         if value as usize >= min {
             continue;
         }

@@ -1,9 +1,9 @@
 //! PK503 `multi-device-instead-of-ddp`: burn's multi-device strategy where DDP is available.
 
 use crate::analysis::CrateContext;
-use crate::rules::{Finding, Rule, RuleMeta};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
+use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
     /// ## What it does
@@ -120,7 +120,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 out.push(cx.finding(
                     file,
                     s.range(),
-                    format!("`{keyword}=\"dp\"` is Lightning's DataParallel: one process for all GPUs"),
+                    format!(
+                        "`{keyword}=\"dp\"` is Lightning's DataParallel: one process for all GPUs"
+                    ),
                     "use `strategy=\"ddp\"` (one process per GPU)",
                 ));
             }
