@@ -315,6 +315,8 @@ impl<'a> PyContext<'a> {
         out
     }
 
+    // The fixpoints index several per-function tables with the same (file, function) pair.
+    #[allow(clippy::needless_range_loop)]
     fn analyse(&mut self) {
         let units = self.units;
         // 1. Which functions reach a step marker (directly or through the package's functions).

@@ -865,130 +865,6 @@ fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    use crate::{Diagnostic, LintOptions, lint};
-
-    fn fixture_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lint/pk201-cpu-tensor-then-copy")
-    }
-
-    /// Copies the fixture package into a fresh directory so the fixes can be applied there.
-    fn copy_fixture() -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let src = fixture_dir();
-        std::fs::copy(src.join("Cargo.toml"), tmp.path().join("Cargo.toml"))
-            .expect("copy manifest");
-        std::fs::create_dir(tmp.path().join("src")).expect("src dir");
-        for entry in std::fs::read_dir(src.join("src")).expect("fixture src") {
-            let path = entry.expect("dir entry").path();
-            let name = path.file_name().expect("file name");
-            std::fs::copy(&path, tmp.path().join("src").join(name)).expect("copy source");
-        }
-        tmp
-    }
-
-    fn pk201(dir: &Path) -> Vec<Diagnostic> {
-        let report = lint(&LintOptions::new([dir])).expect("lint runs");
-        assert!(report.errors.is_empty(), "file errors: {:?}", report.errors);
-        report
-            .diagnostics
-            .into_iter()
-            .filter(|d| d.code == "PK201")
-            .collect()
-    }
-
-    #[test]
-    fn chained_fixes_parse_and_remove_the_findings() {
-        let tmp = copy_fixture();
-        let before = pk201(tmp.path());
-        let fixable: Vec<&Diagnostic> = before.iter().filter(|d| d.fix.is_some()).collect();
-        // The chained cases of the fixture: candle (3), burn (2) and tch (2).
-        assert_eq!(fixable.len(), 7, "fixable findings: {fixable:#?}");
-        let unfixable = before.len() - fixable.len();
-        assert!(unfixable > 0, "the binding and cudarc forms carry no fix");
-
-        let summary = crate::fix::apply_fixes(&before);
-        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
-        assert_eq!((summary.applied, summary.skipped), (7, 0), "{summary:?}");
-
-        for name in ["candle.rs", "burn.rs", "tch.rs", "cudarc.rs"] {
-            let text = std::fs::read_to_string(tmp.path().join("src").join(name)).expect("read");
-            if let Err(err) = syn::parse_file(&text) {
-                panic!("fixed {name} does not parse: {err}\n{text}");
-            }
-        }
-        let candle = std::fs::read_to_string(tmp.path().join("src/candle.rs")).expect("read");
-        assert!(candle.contains("Tensor::from_vec(vec![1f32; seq_len], seq_len, dev) // expect"));
-        assert!(candle.contains("Tensor::arange(0u32, seq_len as u32, dev)?;"));
-        assert!(candle.contains("Tensor::ones((1, d_model), DType::F32, dev).unwrap();"));
-        let tch = std::fs::read_to_string(tmp.path().join("src/tch.rs")).expect("read");
-        assert!(tch.contains("Tensor::zeros([LAYERS, batch, HIDDEN], (Kind::Float, device)) //"));
-        assert!(tch.contains("Tensor::randn([batch, HIDDEN], (tch::Kind::Float, device)) //"));
-        let burn = std::fs::read_to_string(tmp.path().join("src/burn.rs")).expect("read");
-        assert!(burn.contains("Tensor::<1>::from_floats(counts, device) //"));
-
-        let after = pk201(tmp.path());
-        assert!(
-            after.iter().all(|d| d.fix.is_none()),
-            "chained findings remain after the fix: {after:#?}"
-        );
-        assert_eq!(
-            after.len(),
-            unfixable,
-            "only the unfixable findings remain: {after:#?}"
-        );
-    }
-
-    #[test]
-    fn binding_with_other_uses_is_not_flagged() {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let source = r#"
-use candle_core::{DType, Device, Tensor};
-fn f(dev: &Device) -> candle_core::Result<f32> {
-    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
-    let on_dev = w.to_device(dev)?;
-    let _ = on_dev;
-    w.sum_all()?.to_scalar::<f32>()
-}
-fn g(dev: &Device) -> candle_core::Result<Tensor> {
-    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
-    println!("{w}");
-    w.to_device(dev)
-}
-fn h(dev: &Device) -> candle_core::Result<Tensor> {
-    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
-    w.to_device(dev)
-}
-"#;
-        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
-        let found = pk201(tmp.path());
-        let lines: Vec<usize> = found.iter().map(|d| d.region.line).collect();
-        // Only `h`: in `f` the host tensor is summed on the host, in `g` it is printed.
-        assert_eq!(lines, vec![15], "{found:#?}");
-    }
-
-    #[test]
-    fn parenthesized_chain_is_reported_without_a_fix() {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let source = r#"
-use candle_core::{Device, Tensor};
-fn f(dev: &Device) -> candle_core::Result<Tensor> {
-    (Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu)?).to_device(dev)
-}
-"#;
-        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
-        let found = pk201(tmp.path());
-        assert_eq!(found.len(), 1, "{found:#?}");
-        assert!(
-            found[0].fix.is_none(),
-            "a fix would cut the parentheses in half"
-        );
-    }
-}
-
 /// PK201's Python form: a tensor constructor without `device=` whose result is then copied with
 /// `.cuda()` / `.to(device)`: in the same expression (also through arithmetic), from a name bound
 /// to it earlier, or returned by a helper of the package.
@@ -1178,4 +1054,128 @@ fn python_fix(
             },
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use crate::{Diagnostic, LintOptions, lint};
+
+    fn fixture_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lint/pk201-cpu-tensor-then-copy")
+    }
+
+    /// Copies the fixture package into a fresh directory so the fixes can be applied there.
+    fn copy_fixture() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let src = fixture_dir();
+        std::fs::copy(src.join("Cargo.toml"), tmp.path().join("Cargo.toml"))
+            .expect("copy manifest");
+        std::fs::create_dir(tmp.path().join("src")).expect("src dir");
+        for entry in std::fs::read_dir(src.join("src")).expect("fixture src") {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_name().expect("file name");
+            std::fs::copy(&path, tmp.path().join("src").join(name)).expect("copy source");
+        }
+        tmp
+    }
+
+    fn pk201(dir: &Path) -> Vec<Diagnostic> {
+        let report = lint(&LintOptions::new([dir])).expect("lint runs");
+        assert!(report.errors.is_empty(), "file errors: {:?}", report.errors);
+        report
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.code == "PK201")
+            .collect()
+    }
+
+    #[test]
+    fn chained_fixes_parse_and_remove_the_findings() {
+        let tmp = copy_fixture();
+        let before = pk201(tmp.path());
+        let fixable: Vec<&Diagnostic> = before.iter().filter(|d| d.fix.is_some()).collect();
+        // The chained cases of the fixture: candle (3), burn (2) and tch (2).
+        assert_eq!(fixable.len(), 7, "fixable findings: {fixable:#?}");
+        let unfixable = before.len() - fixable.len();
+        assert!(unfixable > 0, "the binding and cudarc forms carry no fix");
+
+        let summary = crate::fix::apply_fixes(&before);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!((summary.applied, summary.skipped), (7, 0), "{summary:?}");
+
+        for name in ["candle.rs", "burn.rs", "tch.rs", "cudarc.rs"] {
+            let text = std::fs::read_to_string(tmp.path().join("src").join(name)).expect("read");
+            if let Err(err) = syn::parse_file(&text) {
+                panic!("fixed {name} does not parse: {err}\n{text}");
+            }
+        }
+        let candle = std::fs::read_to_string(tmp.path().join("src/candle.rs")).expect("read");
+        assert!(candle.contains("Tensor::from_vec(vec![1f32; seq_len], seq_len, dev) // expect"));
+        assert!(candle.contains("Tensor::arange(0u32, seq_len as u32, dev)?;"));
+        assert!(candle.contains("Tensor::ones((1, d_model), DType::F32, dev).unwrap();"));
+        let tch = std::fs::read_to_string(tmp.path().join("src/tch.rs")).expect("read");
+        assert!(tch.contains("Tensor::zeros([LAYERS, batch, HIDDEN], (Kind::Float, device)) //"));
+        assert!(tch.contains("Tensor::randn([batch, HIDDEN], (tch::Kind::Float, device)) //"));
+        let burn = std::fs::read_to_string(tmp.path().join("src/burn.rs")).expect("read");
+        assert!(burn.contains("Tensor::<1>::from_floats(counts, device) //"));
+
+        let after = pk201(tmp.path());
+        assert!(
+            after.iter().all(|d| d.fix.is_none()),
+            "chained findings remain after the fix: {after:#?}"
+        );
+        assert_eq!(
+            after.len(),
+            unfixable,
+            "only the unfixable findings remain: {after:#?}"
+        );
+    }
+
+    #[test]
+    fn binding_with_other_uses_is_not_flagged() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let source = r#"
+use candle_core::{DType, Device, Tensor};
+fn f(dev: &Device) -> candle_core::Result<f32> {
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
+    let on_dev = w.to_device(dev)?;
+    let _ = on_dev;
+    w.sum_all()?.to_scalar::<f32>()
+}
+fn g(dev: &Device) -> candle_core::Result<Tensor> {
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
+    println!("{w}");
+    w.to_device(dev)
+}
+fn h(dev: &Device) -> candle_core::Result<Tensor> {
+    let w = Tensor::ones(2, DType::F32, &Device::Cpu)?;
+    w.to_device(dev)
+}
+"#;
+        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
+        let found = pk201(tmp.path());
+        let lines: Vec<usize> = found.iter().map(|d| d.region.line).collect();
+        // Only `h`: in `f` the host tensor is summed on the host, in `g` it is printed.
+        assert_eq!(lines, vec![15], "{found:#?}");
+    }
+
+    #[test]
+    fn parenthesized_chain_is_reported_without_a_fix() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let source = r#"
+use candle_core::{Device, Tensor};
+fn f(dev: &Device) -> candle_core::Result<Tensor> {
+    (Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu)?).to_device(dev)
+}
+"#;
+        std::fs::write(tmp.path().join("lib.rs"), source).expect("write");
+        let found = pk201(tmp.path());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].fix.is_none(),
+            "a fix would cut the parentheses in half"
+        );
+    }
 }

@@ -391,65 +391,6 @@ impl<'ast> Visit<'ast> for NamedFinder {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::{LintOptions, lint};
-
-    const SOURCE: &str = "const BATCH_SIZE: usize = 8;\nconst EVAL_BATCH_SIZE: usize = 1;\n\
-                          pub fn loader(b: Builder) -> Builder { b.batch_size(12) }\n";
-
-    fn pk502_lines(config: Option<&str>) -> Vec<usize> {
-        pk502_lines_of(SOURCE, config)
-    }
-
-    fn pk502_lines_of(source: &str, config: Option<&str>) -> Vec<usize> {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        std::fs::write(
-            tmp.path().join("Cargo.toml"),
-            "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
-        )
-        .expect("manifest");
-        if let Some(config) = config {
-            std::fs::write(tmp.path().join("perfkit.toml"), config).expect("config");
-        }
-        std::fs::create_dir(tmp.path().join("src")).expect("src");
-        std::fs::write(tmp.path().join("src/lib.rs"), source).expect("source");
-        let report = lint(&LintOptions::new([tmp.path()])).expect("lint runs");
-        report
-            .diagnostics
-            .iter()
-            .filter(|d| d.code == "PK502")
-            .map(|d| d.region.line)
-            .collect()
-    }
-
-    #[test]
-    fn default_threshold_is_sixteen() {
-        assert_eq!(pk502_lines(None), vec![1, 3]);
-    }
-
-    #[test]
-    fn threshold_comes_from_the_configuration() {
-        assert_eq!(pk502_lines(Some("min-batch-size = 10\n")), vec![1]);
-        assert_eq!(
-            pk502_lines(Some("min-batch-size = 8\n")),
-            Vec::<usize>::new()
-        );
-    }
-
-    #[test]
-    fn cpu_only_crate_is_not_flagged() {
-        let cpu = format!(
-            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::Cpu }}\n"
-        );
-        assert_eq!(pk502_lines_of(&cpu, None), Vec::<usize>::new());
-        let gpu = format!(
-            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::cuda_if_available(0).unwrap() }}\n"
-        );
-        assert_eq!(pk502_lines_of(&gpu, None), vec![1, 3]);
-    }
-}
-
 /// PK502's Python form: a literal `batch_size` below `min-batch-size` in a `DataLoader`, a
 /// `batch_size=` keyword of any call (a DataModule, `TrainingArguments`) or an argparse default,
 /// unless gradient accumulation appears in the package. Evaluation loaders (`shuffle=False`,
@@ -507,5 +448,64 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             format!("batch size {value} is below {min}: the GPU does little work per step"),
             "use a larger batch (as memory allows), or accumulate gradients over several batches",
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{LintOptions, lint};
+
+    const SOURCE: &str = "const BATCH_SIZE: usize = 8;\nconst EVAL_BATCH_SIZE: usize = 1;\n\
+                          pub fn loader(b: Builder) -> Builder { b.batch_size(12) }\n";
+
+    fn pk502_lines(config: Option<&str>) -> Vec<usize> {
+        pk502_lines_of(SOURCE, config)
+    }
+
+    fn pk502_lines_of(source: &str, config: Option<&str>) -> Vec<usize> {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            tmp.path().join("Cargo.toml"),
+            "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        )
+        .expect("manifest");
+        if let Some(config) = config {
+            std::fs::write(tmp.path().join("perfkit.toml"), config).expect("config");
+        }
+        std::fs::create_dir(tmp.path().join("src")).expect("src");
+        std::fs::write(tmp.path().join("src/lib.rs"), source).expect("source");
+        let report = lint(&LintOptions::new([tmp.path()])).expect("lint runs");
+        report
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == "PK502")
+            .map(|d| d.region.line)
+            .collect()
+    }
+
+    #[test]
+    fn default_threshold_is_sixteen() {
+        assert_eq!(pk502_lines(None), vec![1, 3]);
+    }
+
+    #[test]
+    fn threshold_comes_from_the_configuration() {
+        assert_eq!(pk502_lines(Some("min-batch-size = 10\n")), vec![1]);
+        assert_eq!(
+            pk502_lines(Some("min-batch-size = 8\n")),
+            Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn cpu_only_crate_is_not_flagged() {
+        let cpu = format!(
+            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::Cpu }}\n"
+        );
+        assert_eq!(pk502_lines_of(&cpu, None), Vec::<usize>::new());
+        let gpu = format!(
+            "{SOURCE}pub fn device() -> candle_core::Device {{ candle_core::Device::cuda_if_available(0).unwrap() }}\n"
+        );
+        assert_eq!(pk502_lines_of(&gpu, None), vec![1, 3]);
     }
 }
