@@ -150,7 +150,7 @@ fn json_output_follows_schema_version_1_exactly() {
         assert!(["error", "warning", "note"].contains(&finding["severity"].as_str().unwrap()));
         let path = finding["path"].as_str().unwrap();
         assert!(
-            path.starts_with("fixtures/lint/") && path.ends_with(".rs"),
+            path.starts_with("fixtures/lint/") && (path.ends_with(".rs") || path.ends_with(".py")),
             "relative path: {path}"
         );
         assert!(finding["code"].as_str().unwrap().starts_with("PK"));
@@ -200,13 +200,17 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for path in entries {
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
+        } else if path
+            .extension()
+            .is_some_and(|ext| ext == "rs" || ext == "py")
+        {
             out.push(path);
         }
     }
 }
 
-/// Reads the markers of every fixture file, by fixture directory.
+/// Reads the markers of every fixture file (`// expect:` in Rust, `# expect:` in Python), by
+/// fixture directory.
 fn fixture_markers() -> BTreeMap<String, Vec<Expected>> {
     let fixtures = root().join("fixtures/lint");
     let mut by_dir = BTreeMap::new();
@@ -226,11 +230,16 @@ fn fixture_markers() -> BTreeMap<String, Vec<Expected>> {
                 .to_str()
                 .unwrap()
                 .replace('\\', "/");
+            let marker = if relative.ends_with(".py") {
+                "# expect:"
+            } else {
+                "// expect:"
+            };
             for (index, line) in std::fs::read_to_string(&file).unwrap().lines().enumerate() {
-                let Some(at) = line.find("// expect:") else {
+                let Some(at) = line.find(marker) else {
                     continue;
                 };
-                for item in line[at + "// expect:".len()..].split(',') {
+                for item in line[at + marker.len()..].split(',') {
                     let item = item.trim();
                     let (code, severity) = match item.split_once('(') {
                         Some((code, rest)) => (
@@ -895,8 +904,8 @@ fn rules_lists_the_catalog() {
     sorted.sort_unstable();
     assert_eq!(codes, sorted);
     for code in [
-        "PK101", "PK102", "PK201", "PK202", "PK203", "PK301", "PK302", "PK303", "PK401", "PK402",
-        "PK403", "PK501", "PK502", "PK503",
+        "PK101", "PK102", "PK104", "PK105", "PK201", "PK202", "PK203", "PK301", "PK302", "PK303",
+        "PK401", "PK402", "PK403", "PK501", "PK502", "PK503",
     ] {
         assert!(
             rules.iter().any(|rule| rule["code"] == code),
@@ -1014,7 +1023,8 @@ fn absolute_paths_are_reported_relative_to_the_current_directory() {
     for finding in findings {
         let path = finding["path"].as_str().unwrap();
         assert!(
-            path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/src/"),
+            path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/src/")
+                || path.starts_with("fixtures/lint/pk201-cpu-tensor-then-copy/python/"),
             "{path}"
         );
     }
@@ -1030,7 +1040,7 @@ fn absolute_paths_are_reported_relative_to_the_current_directory() {
         .unwrap()
         .to_string();
     assert!(
-        path.starts_with("../fixtures/lint/pk201-cpu-tensor-then-copy/src/"),
+        path.starts_with("../fixtures/lint/pk201-cpu-tensor-then-copy/"),
         "{path}"
     );
 }

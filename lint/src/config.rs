@@ -80,8 +80,14 @@ impl Config {
                     message: err.to_string(),
                 })?;
         let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
+        let is_pyproject = path.file_name().is_some_and(|n| n == "pyproject.toml");
         let table = if is_cargo {
             match cargo_metadata_table(&table) {
+                Some(t) => t.clone(),
+                None => toml::Table::new(),
+            }
+        } else if is_pyproject {
+            match pyproject_table(&table) {
                 Some(t) => t.clone(),
                 None => toml::Table::new(),
             }
@@ -277,24 +283,69 @@ fn cargo_metadata_table(table: &toml::Table) -> Option<&toml::Table> {
     })
 }
 
-/// Finds the configuration for code in `dir`: the nearest `perfkit.toml`, or `Cargo.toml` with a
-/// `metadata.perfkit` table, in `dir` or above. Returns the file to read.
+/// The `[tool.perfkit]` table of a `pyproject.toml`.
+fn pyproject_table(table: &toml::Table) -> Option<&toml::Table> {
+    table.get("tool")?.get("perfkit")?.as_table()
+}
+
+/// Finds the configuration for code in `dir`: the nearest `perfkit.toml`, `Cargo.toml` with a
+/// `metadata.perfkit` table, or `pyproject.toml` with a `[tool.perfkit]` table, in `dir` or above
+/// (the closest directory wins, as ruff does; in one directory `perfkit.toml` comes first). Returns
+/// the file to read.
+#[cfg(test)]
 pub(crate) fn discover(dir: &Path) -> Option<PathBuf> {
+    discover_cached(dir, &mut std::collections::HashMap::new())
+}
+
+/// [`discover`], remembering the answer for every directory it looked at (a run over many
+/// directories of one tree asks about the same ancestors again and again).
+pub(crate) fn discover_cached(
+    dir: &Path,
+    cache: &mut std::collections::HashMap<PathBuf, Option<PathBuf>>,
+) -> Option<PathBuf> {
     let absolute = std::path::absolute(dir).ok()?;
+    let mut visited = Vec::new();
+    let mut found = None;
     for ancestor in absolute.ancestors() {
-        let candidate = ancestor.join("perfkit.toml");
-        if candidate.is_file() {
-            return Some(candidate);
+        if let Some(known) = cache.get(ancestor) {
+            found = known.clone();
+            break;
         }
-        let cargo = ancestor.join("Cargo.toml");
-        if cargo.is_file()
-            && let Ok(text) = std::fs::read_to_string(&cargo)
-            && text.contains("perfkit")
-            && let Ok(table) = text.parse::<toml::Table>()
-            && cargo_metadata_table(&table).is_some()
-        {
-            return Some(cargo);
+        visited.push(ancestor.to_path_buf());
+        if let Some(config) = config_in(ancestor) {
+            found = Some(config);
+            break;
         }
+    }
+    for dir in visited {
+        cache.insert(dir, found.clone());
+    }
+    found
+}
+
+/// The configuration file of one directory, if it has one.
+fn config_in(ancestor: &Path) -> Option<PathBuf> {
+    let candidate = ancestor.join("perfkit.toml");
+    if candidate.is_file() {
+        return Some(candidate);
+    }
+    let cargo = ancestor.join("Cargo.toml");
+    if cargo.is_file()
+        && let Ok(text) = std::fs::read_to_string(&cargo)
+        && text.contains("perfkit")
+        && let Ok(table) = text.parse::<toml::Table>()
+        && cargo_metadata_table(&table).is_some()
+    {
+        return Some(cargo);
+    }
+    let pyproject = ancestor.join("pyproject.toml");
+    if pyproject.is_file()
+        && let Ok(text) = std::fs::read_to_string(&pyproject)
+        && text.contains("perfkit")
+        && let Ok(table) = text.parse::<toml::Table>()
+        && pyproject_table(&table).is_some()
+    {
+        return Some(pyproject);
     }
     None
 }
@@ -386,6 +437,36 @@ mod tests {
         .expect("write Cargo.toml");
         let c = Config::from_file(&cargo).expect("both tables");
         assert_eq!(c.min_batch_size, 8);
+    }
+
+    #[test]
+    fn pyproject_tool_perfkit_is_found_upward_and_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pyproject = dir.path().join("pyproject.toml");
+        std::fs::write(
+            &pyproject,
+            "[project]\nname = \"x\"\n\n[tool.ruff]\nline-length = 100\n\n\
+             [tool.perfkit]\nignore = [\"PK502\"]\nmin-batch-size = 8\n",
+        )
+        .expect("write pyproject.toml");
+        let sub = dir.path().join("src/pkg");
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        assert_eq!(discover(&sub).as_deref(), Some(pyproject.as_path()));
+        let c = Config::from_file(&pyproject).expect("valid");
+        assert_eq!(c.min_batch_size, 8);
+        assert!(!c.is_enabled("PK502", &[], &[]));
+        // A pyproject.toml without a [tool.perfkit] table is not a configuration.
+        std::fs::write(&pyproject, "[tool.ruff]\nline-length = 100\n# perfkit\n").expect("write");
+        assert_eq!(discover(&sub), None);
+        // An error names the file.
+        std::fs::write(&pyproject, "[tool.perfkit]\nbogus = 1\n").expect("write");
+        let text = Config::from_file(&pyproject)
+            .expect_err("unknown key")
+            .to_string();
+        assert!(
+            text.contains("pyproject.toml") && text.contains("bogus"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -36,6 +36,8 @@ const WORKER_STACK_BYTES: usize = 512 * 1024 * 1024;
 
 struct CrateJob {
     root: PathBuf,
+    /// A Python package (`.py` files) rather than a Rust crate.
+    python: bool,
     files: Vec<PathBuf>,
     config: Arc<Config>,
     bytes: u64,
@@ -76,9 +78,16 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     // Group files into crates, each with its configuration.
     let mut finder = CrateFinder::new();
     let mut configs: HashMap<PathBuf, Arc<Config>> = HashMap::new();
-    let mut crates: BTreeMap<PathBuf, CrateJob> = BTreeMap::new();
+    let mut crates: BTreeMap<(PathBuf, bool), CrateJob> = BTreeMap::new();
+    let mut python_roots = HashMap::new();
+    let mut discovered = HashMap::new();
     for file in walked.files {
-        let root = finder.crate_of(&file);
+        let python = is_python(&file);
+        let root = if python {
+            crate::python::package_root(&file, &mut python_roots)
+        } else {
+            finder.crate_of(&file)
+        };
         let config = match &explicit {
             Some(config) => config.clone(),
             None => {
@@ -90,7 +99,7 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
                 match configs.get(&dir) {
                     Some(config) => config.clone(),
                     None => {
-                        let config = match config::discover(&dir) {
+                        let config = match config::discover_cached(&dir, &mut discovered) {
                             Some(path) => Arc::new(Config::from_file(&path)?),
                             None => Arc::new(Config::default()),
                         };
@@ -105,12 +114,15 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
             continue;
         }
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        let job = crates.entry(root.clone()).or_insert_with(|| CrateJob {
-            root,
-            files: Vec::new(),
-            config,
-            bytes: 0,
-        });
+        let job = crates
+            .entry((root.clone(), python))
+            .or_insert_with(|| CrateJob {
+                root,
+                python,
+                files: Vec::new(),
+                config,
+                bytes: 0,
+            });
         job.bytes += bytes;
         job.files.push(file);
     }
@@ -232,7 +244,93 @@ fn lint_crate_guarded(
     })
 }
 
+/// Whether a walked file is Python source.
+fn is_python(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "py")
+}
+
+/// Turns a rule's findings into diagnostics of `path_of(file)`, with the configured severity.
+fn push_findings(
+    meta: &crate::RuleMeta,
+    config: &Config,
+    findings: &mut Vec<crate::Finding>,
+    path_of: &dyn Fn(FileId) -> PathBuf,
+    out: &mut Vec<Diagnostic>,
+) {
+    for finding in findings.drain(..) {
+        let severity = if finding.lowered {
+            Severity::Note
+        } else {
+            config.severity_of(meta.code, meta.default_severity)
+        };
+        out.push(Diagnostic {
+            code: meta.code,
+            name: meta.name,
+            severity,
+            path: path_of(finding.file),
+            region: finding.region,
+            message: finding.message,
+            help: finding.help,
+            notes: finding.notes,
+            fix: finding.fix,
+        });
+    }
+}
+
+/// Lints one Python package: parse every file (a file that does not parse is an error entry and
+/// the others are still linted), lower to facts, analyse step loops, run each rule's Python check.
+fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
+    let mut output = CrateOutput::default();
+    let mut parsed = Vec::with_capacity(job.files.len());
+    for path in &job.files {
+        match read_source(path)
+            .and_then(|source| crate::python::PyFile::parse(path.clone(), source))
+        {
+            Ok(file) => parsed.push(file),
+            Err(err) => output.errors.push(err),
+        }
+    }
+    let units: Vec<crate::python::PyUnit<'_>> = parsed
+        .iter()
+        .map(|file| crate::python::PyUnit {
+            file,
+            facts: crate::python::facts::collect(file),
+        })
+        .collect();
+    let config = &job.config;
+    let cx = crate::python::PyContext::build(&units, config);
+    let enabled = |code: &str| config.is_enabled(code, &options.select, &options.ignore);
+    let mut findings = Vec::new();
+    let path_of = |file: FileId| units[file.0].file.path.clone();
+    for rule in crate::rules() {
+        let meta = rule.meta();
+        if meta.code == "PK000" || !enabled(meta.code) {
+            continue;
+        }
+        rule.check_python(&cx, &mut findings);
+        push_findings(
+            meta,
+            config,
+            &mut findings,
+            &path_of,
+            &mut output.diagnostics,
+        );
+    }
+    let mut by_path: HashMap<&Path, Vec<suppress::Suppression>> = HashMap::new();
+    for unit in &units {
+        let found = crate::python::suppress::parse(unit.file);
+        if !found.is_empty() {
+            by_path.insert(unit.file.path.as_path(), found);
+        }
+    }
+    apply_suppression_lists(by_path, &mut output.diagnostics, &enabled);
+    output
+}
+
 fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
+    if job.python {
+        return lint_python(job, options);
+    }
     let mut output = CrateOutput::default();
     // Each file's facts are collected right after it is parsed, while its tree is still in cache;
     // the arena keeps the trees alive (and in place) for the rules.
@@ -291,26 +389,15 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         if meta.code == "PK000" || !enabled(meta.code) {
             continue;
         }
-        let start = findings.len();
         rule.check(&cx, &mut findings);
-        for finding in findings.drain(start..) {
-            let severity = if finding.lowered {
-                Severity::Note
-            } else {
-                config.severity_of(meta.code, meta.default_severity)
-            };
-            output.diagnostics.push(Diagnostic {
-                code: meta.code,
-                name: meta.name,
-                severity,
-                path: files[finding.file.0].file.path.clone(),
-                region: finding.region,
-                message: finding.message,
-                help: finding.help,
-                notes: finding.notes,
-                fix: finding.fix,
-            });
-        }
+        let path_of = |file: FileId| files[file.0].file.path.clone();
+        push_findings(
+            meta,
+            config,
+            &mut findings,
+            &path_of,
+            &mut output.diagnostics,
+        );
     }
     apply_suppressions(&files, &mut output.diagnostics, &enabled);
     output
@@ -328,6 +415,15 @@ fn apply_suppressions(
             by_path.insert(file.path(), found);
         }
     }
+    apply_suppression_lists(by_path, diagnostics, enabled);
+}
+
+/// Removes the diagnostics that suppression comments cover and reports the unused ones as PK000.
+fn apply_suppression_lists(
+    mut by_path: HashMap<&Path, Vec<suppress::Suppression>>,
+    diagnostics: &mut Vec<Diagnostic>,
+    enabled: &dyn Fn(&str) -> bool,
+) {
     if by_path.is_empty() {
         return;
     }
@@ -444,6 +540,28 @@ fn is_test_target(root: &Path, path: &Path) -> bool {
 }
 
 fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
+    let source = read_source(path)?;
+    let error = |message: String, line: Option<usize>| FileError {
+        path: path.to_path_buf(),
+        message,
+        line,
+    };
+    if let Some(line) = too_deep_line(&source) {
+        return Err(error(
+            format!(
+                "nesting too deep (more than {MAX_BRACKET_DEPTH} levels of brackets), not linted"
+            ),
+            Some(line),
+        ));
+    }
+    SourceFile::parse(path.to_path_buf(), source).map_err(|err| {
+        let line = err.span().start().line;
+        error(format!("syntax error: {err}"), (line > 0).then_some(line))
+    })
+}
+
+/// Reads a source file as UTF-8 text, or says why not (missing, too large, binary, not UTF-8).
+fn read_source(path: &Path) -> Result<String, FileError> {
     let error = |message: String, line: Option<usize>| FileError {
         path: path.to_path_buf(),
         message,
@@ -479,18 +597,7 @@ fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
             return Err(error("invalid UTF-8".into(), Some(line)));
         }
     };
-    if let Some(line) = too_deep_line(&source) {
-        return Err(error(
-            format!(
-                "nesting too deep (more than {MAX_BRACKET_DEPTH} levels of brackets), not linted"
-            ),
-            Some(line),
-        ));
-    }
-    SourceFile::parse(path.to_path_buf(), source).map_err(|err| {
-        let line = err.span().start().line;
-        error(format!("syntax error: {err}"), (line > 0).then_some(line))
-    })
+    Ok(source)
 }
 
 /// The line where bracket nesting first exceeds [`MAX_BRACKET_DEPTH`], if it does. Brackets in

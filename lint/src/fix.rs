@@ -2,7 +2,7 @@
 //!
 //! Per file, the fixes of its findings are taken in source order; a fix whose edits overlap an edit of a
 //! fix already taken is skipped (the next run picks it up once the first one is in). The edited text must
-//! still parse as Rust (`syn`) before anything is written, and it is written atomically: to a temporary
+//! still parse (as Rust with `syn`, as Python with Ruff's parser) before anything is written, and it is written atomically: to a temporary
 //! file in the same directory, then renamed over the original, which keeps its permissions. A file whose
 //! fixed text would not parse is left as it was and reported.
 
@@ -137,7 +137,18 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
             path: path.to_path_buf(),
         });
     }
-    if let Err(error) = syn::parse_file(&fixed.text) {
+    if path.extension().is_some_and(|e| e == "py") {
+        if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
+            let line = fixed.text[..offset.min(fixed.text.len())]
+                .matches('\n')
+                .count()
+                + 1;
+            return Err(FixError::WouldNotParse {
+                path: path.to_path_buf(),
+                message: format!("line {line}: {message}"),
+            });
+        }
+    } else if let Err(error) = syn::parse_file(&fixed.text) {
         let start = error.span().start();
         return Err(FixError::WouldNotParse {
             path: path.to_path_buf(),

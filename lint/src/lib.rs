@@ -11,6 +11,7 @@ pub mod diagnostic;
 mod engine;
 pub mod fix;
 pub mod output;
+pub mod python;
 pub mod rules;
 mod suppress;
 mod walk;

@@ -1,4 +1,4 @@
-//! Finding the files to lint: `.rs` files under the given paths, honouring `.gitignore` and skipping
+//! Finding the files to lint: `.rs` and `.py` files under the given paths, honouring `.gitignore` and skipping
 //! `target/` directories; grouping them into crates (the nearest `Cargo.toml` above each file).
 
 use std::collections::HashMap;
@@ -46,7 +46,12 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             match entry {
                 Ok(entry) => {
                     let is_file = entry.file_type().is_some_and(|t| t.is_file());
-                    if is_file && entry.path().extension().is_some_and(|e| e == "rs") {
+                    if is_file
+                        && entry
+                            .path()
+                            .extension()
+                            .is_some_and(|e| e == "rs" || e == "py")
+                    {
                         files.push(entry.into_path());
                     }
                 }

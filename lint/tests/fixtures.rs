@@ -49,13 +49,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "py") {
             out.push(path);
         }
     }
 }
 
-/// Parses the `// expect: ...` markers of every `.rs` file of a fixture.
+/// Parses the `// expect: ...` markers of every `.rs` file of a fixture, and the `# expect: ...`
+/// markers of every `.py` file.
 fn parse_markers(dir: &Path) -> Result<Vec<Expect>, String> {
     let mut files = Vec::new();
     rust_files(dir, &mut files);
@@ -65,11 +66,16 @@ fn parse_markers(dir: &Path) -> Result<Vec<Expect>, String> {
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let rel = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+        let marker = if path.extension().is_some_and(|e| e == "py") {
+            "# expect:"
+        } else {
+            "// expect:"
+        };
         for (i, line) in text.lines().enumerate() {
-            let Some(at) = line.find("// expect:") else {
+            let Some(at) = line.find(marker) else {
                 continue;
             };
-            for item in line[at + "// expect:".len()..].split(',') {
+            for item in line[at + marker.len()..].split(',') {
                 let item = item.trim();
                 if item.is_empty() {
                     continue;
@@ -233,13 +239,29 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
             ));
         }
     }
-    // The fixture format demands three cases that fire for the directory's own rule.
+    // The fixture format demands three cases that fire for the directory's own rule, in each
+    // language the fixture has.
     let own = own_code(dir);
-    let own_fires = expects.iter().filter(|e| e.code == own).count();
-    if own_fires < 3 {
-        problems.push(format!(
-            "only {own_fires} `// expect: {own}` markers (at least 3 required)"
-        ));
+    for (language, extension, marker) in
+        [("Rust", "rs", "// expect:"), ("Python", "py", "# expect:")]
+    {
+        let mut files = Vec::new();
+        rust_files(dir, &mut files);
+        if !files
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == extension))
+        {
+            continue;
+        }
+        let own_fires = expects
+            .iter()
+            .filter(|e| e.code == own && e.file.extension().is_some_and(|x| x == extension))
+            .count();
+        if own_fires < 3 {
+            problems.push(format!(
+                "only {own_fires} `{marker} {own}` markers in {language} (at least 3 required)"
+            ));
+        }
     }
     (problems, report.diagnostics)
 }
@@ -305,11 +327,18 @@ fn every_rule_has_docs_a_fixture_and_a_snapshot() {
             continue;
         }
         let dir = fixture_dir_of(meta.code, meta.name);
-        if !dir.join("Cargo.toml").is_file() {
+        // A Rust fixture package, a Python fixture (`python/`), or both.
+        if !dir.join("Cargo.toml").is_file() && !dir.join("python").is_dir() {
             missing.push(format!(
                 "{}: no fixture package at {}",
                 meta.code,
                 dir.display()
+            ));
+        }
+        if !meta.doc.contains("```python") {
+            missing.push(format!(
+                "{}: documentation lacks a Python example",
+                meta.code
             ));
         }
         let snapshot = snapshots.join(format!(

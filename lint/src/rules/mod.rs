@@ -7,9 +7,12 @@ use std::sync::LazyLock;
 
 use crate::analysis::{CrateContext, FileId};
 use crate::diagnostic::{Fix, Region, Severity};
+use crate::python::{PyContext, PyHit};
 
 mod pk101;
 mod pk102;
+mod pk104;
+mod pk105;
 mod pk201;
 mod pk202;
 mod pk203;
@@ -108,6 +111,11 @@ pub trait Rule: Send + Sync {
     fn meta(&self) -> &'static RuleMeta;
     /// Looks at one crate and pushes what it finds.
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>);
+    /// Looks at one Python package and pushes what it finds (the rule's Python form). Default: the
+    /// rule has no Python form.
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        let _ = (cx, out);
+    }
 }
 
 /// What a rule reports. The engine turns it into a [`crate::Diagnostic`]: it adds the code, name, path
@@ -161,6 +169,16 @@ impl Finding {
     #[must_use]
     pub fn with_fix(mut self, fix: Fix) -> Finding {
         self.fix = Some(fix);
+        self
+    }
+
+    /// Adds what a Python [`PyHit`] says: the notes naming the loop, and the lowering to note.
+    #[must_use]
+    pub fn in_py_step_loop(mut self, cx: &PyContext<'_>, hit: &PyHit) -> Finding {
+        self.notes.extend(cx.notes(hit));
+        if !hit.is_per_step() {
+            self.lowered = true;
+        }
         self
     }
 
@@ -280,6 +298,8 @@ static RULES: LazyLock<Vec<&'static dyn Rule>> = LazyLock::new(|| {
         &pk000::UnusedSuppression,
         &pk101::HostReadbackInStepLoop,
         &pk102::SyncInStepLoop,
+        &pk104::EmptyCacheInStepLoop,
+        &pk105::GraphKeptAcrossSteps,
         &pk201::CpuTensorThenCopy,
         &pk202::AllocInStepLoop,
         &pk203::PerSampleUpload,

@@ -1,6 +1,8 @@
 //! PK101 host-readback-in-step-loop.
 
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -34,6 +36,30 @@ crate::declare_rule! {
     /// }
     /// println!("mean loss {}", total.to_scalar::<f32>()? / n as f32);
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `.item()`, `.cpu()`, `.numpy()`, `.tolist()`,
+    /// `float(t)`/`int(t)`/`bool(t)`, `print(t)` of a tensor and `t.to("cpu")` inside a step loop (a
+    /// Lightning `training_step` is one).
+    ///
+    /// ```python
+    /// for step, (x, y) in enumerate(loader):
+    ///     loss = criterion(model(x), y)
+    ///     loss.backward()
+    ///     opt.step()
+    ///     total += loss.item()  # waits for the GPU on every step
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// total = torch.zeros((), device=device)
+    /// for step, (x, y) in enumerate(loader):
+    ///     loss = criterion(model(x), y)
+    ///     loss.backward()
+    ///     opt.step()
+    ///     total += loss.detach()
+    /// print(total.item() / (step + 1))
+    /// ```
     pub HostReadbackInStepLoop {
         code: "PK101",
         name: "host-readback-in-step-loop",
@@ -43,6 +69,10 @@ crate::declare_rule! {
 }
 
 impl Rule for HostReadbackInStepLoop {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -179,4 +209,64 @@ fn readback(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<
         return None;
     }
     Some(call.shown())
+}
+
+/// PK101's Python form: `.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `float(t)`/`int(t)`/`bool(t)`,
+/// `print(t)` of a tensor, `t.to("cpu")` in a step loop.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        let Some(what) = python_readback(cx, file, call) else {
+            continue;
+        };
+        // Outside step loops (after training, in evaluation) a readback is fine.
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        out.push(
+            cx.finding(
+                file,
+                PyContext::callee_range(call),
+                format!("`{what}` reads a tensor back to the host inside the step loop"),
+                "keep the value on the device (accumulate `loss.detach()` in a tensor) and read it \
+                 back after the loop or every N steps",
+            )
+            .in_py_step_loop(cx, &hit),
+        );
+    }
+}
+
+fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
+    let args = &call.call.arguments;
+    let kind = |expr| cx.value_kind(file, call.fn_idx, expr, call.start);
+    let is_tensor = |expr| matches!(kind(expr), ValueKind::Tensor | ValueKind::Graph);
+    if let (Some(method), Some(recv)) = (call.method, call.receiver) {
+        // `t.cpu().numpy()` is one readback, reported at its first step.
+        if let PyExpr::Call(inner) = recv
+            && let PyExpr::Attribute(attr) = &*inner.func
+            && (python_names::READBACK_METHODS.contains(&attr.attr.as_str())
+                || attr.attr.as_str() == "to")
+        {
+            return None;
+        }
+        return match method {
+            "item" if args.is_empty() && kind(recv) != ValueKind::Host => Some(".item()".into()),
+            "cpu" | "numpy" | "tolist" if args.is_empty() && is_tensor(recv) => {
+                Some(format!(".{method}()"))
+            }
+            "to" if args.args.len() == 1
+                && cx.device_of(file, call.fn_idx, &args.args[0], call.start) == Device::Cpu
+                && is_tensor(recv) =>
+            {
+                Some(".to(\"cpu\")".into())
+            }
+            _ => None,
+        };
+    }
+    match call.func_name? {
+        name @ ("float" | "int" | "bool") if args.args.len() == 1 && is_tensor(&args.args[0]) => {
+            Some(format!("{name}(..)"))
+        }
+        "print" if args.args.iter().any(is_tensor) => Some("print(..)".into()),
+        _ => None,
+    }
 }

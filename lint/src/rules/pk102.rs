@@ -1,6 +1,8 @@
 //! PK102 sync-in-step-loop.
 
 use crate::analysis::{CallFact, CrateContext, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -43,6 +45,31 @@ crate::declare_rule! {
     /// }
     /// device.synchronize()?; // once, where the host really needs the results
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `torch.cuda.synchronize()`, `stream.synchronize()` and
+    /// `event.synchronize()` inside a step loop.
+    ///
+    /// ```python
+    /// for x, y in loader:
+    ///     loss = criterion(model(x), y)
+    ///     loss.backward()
+    ///     opt.step()
+    ///     torch.cuda.synchronize()  # to time the step
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    /// start.record()
+    /// for x, y in loader:
+    ///     loss = criterion(model(x), y)
+    ///     loss.backward()
+    ///     opt.step()
+    /// end.record()
+    /// end.synchronize()  # once
+    /// print(start.elapsed_time(end))
+    /// ```
     pub SyncInStepLoop {
         code: "PK102",
         name: "sync-in-step-loop",
@@ -52,6 +79,10 @@ crate::declare_rule! {
 }
 
 impl Rule for SyncInStepLoop {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -170,4 +201,31 @@ fn waits_for_an_earlier_iteration(
             && other.call.receiver() == Some(event)
             && position(other) > waited_at
     })
+}
+
+/// PK102's Python form: `torch.cuda.synchronize()`, `stream.synchronize()`, `event.synchronize()`
+/// in a step loop.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        if call.method != Some("synchronize") {
+            continue;
+        }
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        let what = call
+            .path
+            .clone()
+            .unwrap_or_else(|| ".synchronize".to_string());
+        out.push(
+            cx.finding(
+                file,
+                PyContext::callee_range(call),
+                format!("`{what}()` waits for the GPU inside the step loop"),
+                "remove it (CUDA orders work on a stream by itself); to time a step, record \
+                 `torch.cuda.Event`s and read them after the loop, or use `perfkit profile`",
+            )
+            .in_py_step_loop(cx, &hit),
+        );
+    }
 }

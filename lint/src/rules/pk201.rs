@@ -9,6 +9,8 @@ use crate::analysis::{
     CallFact, CallRef, CrateContext, DeviceKind, FileId, FnFact, Framework, path_text,
 };
 use crate::diagnostic::{Edit, Fix};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -62,6 +64,23 @@ crate::declare_rule! {
     ///
     /// `perfkit lint --fix` rewrites the chained form for candle, burn and tch: the constructor gets
     /// the target device and the copy goes.
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags a tensor constructor (`torch.rand`, `torch.zeros`,
+    /// `torch.tensor`, `torch.arange`, ...) without `device=` whose result is copied with `.cuda()` /
+    /// `.to(device)`: in the same expression (also through arithmetic), from a name bound to it, or
+    /// returned by a helper. The chained form is fixed by `--fix`.
+    ///
+    /// ```python
+    /// noise = torch.rand(2, 2).cuda()
+    /// ids = torch.arange(n).to(device)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// noise = torch.rand(2, 2, device="cuda")
+    /// ids = torch.arange(n, device=device)
+    /// ```
     pub CpuTensorThenCopy {
         code: "PK201",
         name: "cpu-tensor-then-copy",
@@ -71,6 +90,10 @@ crate::declare_rule! {
 }
 
 impl Rule for CpuTensorThenCopy {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -839,6 +862,197 @@ fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
             text.contains(&format!("{{{name}}}")) || text.contains(&format!("{{{name}:"))
         }
         TokenTree::Punct(_) => false,
+    })
+}
+
+/// PK201's Python form: a tensor constructor without `device=` whose result is then copied with
+/// `.cuda()` / `.to(device)`: in the same expression (also through arithmetic), from a name bound
+/// to it earlier, or returned by a helper of the package.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    let mut seen = std::collections::HashSet::new();
+    for (file, call) in cx.calls() {
+        if call.in_test {
+            continue;
+        }
+        let Some(target) = python_copy_target(cx, file, call) else {
+            continue;
+        };
+        let Some(recv) = call.receiver else { continue };
+        let copy = if call.method == Some("cuda") {
+            ".cuda()".to_string()
+        } else {
+            ".to(..)".to_string()
+        };
+        // Same expression: `torch.rand(2, 2).cuda()`, `(torch.rand(2) * 2).to(dev)`.
+        if let Some(ctor) = python_cpu_constructor_in(recv) {
+            if !seen.insert((file, ctor.start())) {
+                continue;
+            }
+            let name = facts::dotted(&ctor.func).unwrap_or_default();
+            let mut finding = cx.finding(
+                file,
+                ctor.func.range(),
+                format!("`{name}` builds the tensor on the CPU, then `{copy}` copies it to the device"),
+                format!("create it on the target device: pass `device={target}` to `{name}` and drop `{copy}`"),
+            );
+            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
+                && let Some(fix) = python_fix(cx, file, call, ctor, &target)
+            {
+                finding = finding.with_fix(fix);
+            }
+            out.push(finding);
+            continue;
+        }
+        // A name bound to a CPU constructor earlier: `x = torch.zeros(3)` ... `x.to(dev)`.
+        if let PyExpr::Name(_) = recv
+            && let Some(assign) = cx.binding(file, call.fn_idx, recv, call.start)
+            && !assign.loop_target
+            && let Some(ctor) = python_cpu_constructor_in(assign.value)
+        {
+            if !seen.insert((file, ctor.start())) {
+                continue;
+            }
+            let name = facts::dotted(&ctor.func).unwrap_or_default();
+            let var = facts::dotted(recv).unwrap_or_default();
+            let line = cx.file(file).line_of(call.start);
+            out.push(cx.finding(
+                file,
+                ctor.func.range(),
+                format!("`{name}` builds `{var}` on the CPU, then `{copy}` on line {line} copies it to the device"),
+                format!("create it on the target device: pass `device={target}` to `{name}` and drop the copy"),
+            ));
+            continue;
+        }
+        // A helper of the package that returns a CPU tensor: `make_mask(n).cuda()`.
+        if let PyExpr::Call(inner) = recv {
+            // The receiver call is recorded next to the call on it (calls are listed in visiting
+            // order, nearly by offset), so the search is short.
+            let calls = &cx.units[file].facts.calls;
+            let at = calls.partition_point(|c| c.start < call.start);
+            let window = &calls[at.saturating_sub(64)..(at + 64).min(calls.len())];
+            let Some(helper) = window.iter().find(|c| std::ptr::eq(c.call, inner)) else {
+                continue;
+            };
+            for (g, gi) in cx.targets(file, helper) {
+                let func = &cx.units[g].facts.fns[gi];
+                let returns_cpu = !func.returns.is_empty()
+                    && func
+                        .returns
+                        .iter()
+                        .all(|r| python_cpu_constructor_in(r).is_some());
+                if returns_cpu && seen.insert((file, inner.start())) {
+                    out.push(cx.finding(
+                        file,
+                        inner.func.range(),
+                        format!(
+                            "`{}` returns a tensor built on the CPU, then `{copy}` copies it to the device",
+                            func.name
+                        ),
+                        format!("build it on the target device inside `{}` (pass `device=` to the constructor) and drop `{copy}`", func.name),
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The device a `.cuda()` / `.to(device)` call copies to, as text for `device=`; `None` when the call
+/// is not a copy to an accelerator.
+fn python_copy_target(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
+    let args = &call.call.arguments;
+    match call.method? {
+        "cuda" if args.is_empty() => Some("\"cuda\"".to_string()),
+        "to" => {
+            let device = args
+                .args
+                .first()
+                .or_else(|| facts::keyword(call.call, "device"))?;
+            if cx.device_of(file, call.fn_idx, device, call.start) != Device::Accelerator {
+                return None;
+            }
+            Some(cx.file(file).text(device.range()).to_string())
+        }
+        _ => None,
+    }
+}
+
+/// A CPU tensor constructor (no `device=`) in an expression, directly or through arithmetic.
+fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
+    match expr {
+        PyExpr::Call(call) => {
+            let path = facts::dotted(&call.func)?;
+            let name = path.strip_prefix("torch.")?;
+            if !python_names::CONSTRUCTORS.contains(&name) {
+                return None;
+            }
+            let has_device = call
+                .arguments
+                .keywords
+                .iter()
+                .any(|k| k.arg.as_ref().is_none_or(|a| a.as_str() == "device"));
+            (!has_device).then_some(call)
+        }
+        PyExpr::BinOp(bin) => {
+            python_cpu_constructor_in(&bin.left).or_else(|| python_cpu_constructor_in(&bin.right))
+        }
+        _ => None,
+    }
+}
+
+/// The fix of the simple chained form: `torch.rand(2, 2).cuda()` -> `torch.rand(2, 2, device="cuda")`.
+fn python_fix(
+    cx: &PyContext<'_>,
+    file: usize,
+    copy: &PyCall<'_>,
+    ctor: &PyExprCall,
+    target: &str,
+) -> Option<Fix> {
+    let source = &cx.file(file).source;
+    let ctor_end = ctor.end().to_usize();
+    let copy_end = copy.call.end().to_usize();
+    // Only `<ctor>.cuda()` / `<ctor>.to(dev)` with nothing else in between or in the call.
+    let between = source.get(ctor_end..copy_end)?;
+    let simple = between.starts_with('.')
+        && (copy.call.arguments.keywords.is_empty() && copy.call.arguments.args.len() <= 1);
+    if !simple {
+        return None;
+    }
+    let args = &ctor.arguments;
+    let last_end = args
+        .args
+        .iter()
+        .map(|a| a.end())
+        .chain(args.keywords.iter().map(|k| k.end()))
+        .max();
+    let close = args.end().to_usize().saturating_sub(1);
+    let (at, insert) = match last_end {
+        // `torch.zeros(n,)`: after the trailing comma.
+        Some(end)
+            if source
+                .get(end.to_usize()..close)
+                .is_some_and(|t| t.trim_start().starts_with(',')) =>
+        {
+            let comma = end.to_usize() + source[end.to_usize()..close].find(',')?;
+            (comma + 1, format!(" device={target}"))
+        }
+        Some(end) => (end.to_usize(), format!(", device={target}")),
+        None => (args.start().to_usize() + 1, format!("device={target}")),
+    };
+    Some(Fix {
+        title: "create the tensor on the target device".to_string(),
+        edits: vec![
+            Edit {
+                start: at,
+                end: at,
+                replacement: insert,
+            },
+            Edit {
+                start: ctor_end,
+                end: copy_end,
+                replacement: String::new(),
+            },
+        ],
     })
 }
 

@@ -9,6 +9,8 @@ use crate::analysis::patterns::{
     binding_name, chain_has, is_inside_loop, is_tensor_fn, last_arg_device, root_name,
 };
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 /// Constructors that copy host data into a new tensor on the given device.
@@ -50,6 +52,24 @@ crate::declare_rule! {
     /// let pixels: Vec<f32> = items.iter().flat_map(|item| item.pixels.iter().copied()).collect();
     /// let batch = Tensor::from_vec(pixels, (items.len(), 28, 28), &device)?; // one upload
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags one `.to(device)` / `.cuda()` per sample before `torch.stack`
+    /// / `torch.cat` (a comprehension inside the call, or a loop that appends to the list stacked
+    /// later), in a collate function or anywhere else.
+    ///
+    /// ```python
+    /// def collate(samples):
+    ///     return torch.stack([s.to(device) for s in samples])
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// def collate(samples):
+    ///     return torch.stack(samples)  # on the host; the loop copies the batch once
+    ///
+    /// batch = batch.to(device, non_blocking=True)
+    /// ```
     pub PerSampleUpload {
         code: "PK203",
         name: "per-sample-upload",
@@ -59,6 +79,10 @@ crate::declare_rule! {
 }
 
 impl Rule for PerSampleUpload {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -576,4 +600,110 @@ impl<'ast> Visit<'ast> for Feeds<'_> {
         }
         syn::visit::visit_expr_method_call(self, call);
     }
+}
+
+/// PK203's Python form: one `.to(device)` / `.cuda()` per sample before `torch.stack` /
+/// `torch.cat` (a comprehension inside the call, or a loop that appends to the list stacked
+/// later), in a collate function or anywhere else.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, unit) in cx.units.iter().enumerate() {
+        let calls = &unit.facts.calls;
+        for call in calls {
+            if call.in_test {
+                continue;
+            }
+            let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") =
+                call.path.as_deref()
+            else {
+                continue;
+            };
+            let Some(first) = call.call.arguments.args.first() else {
+                continue;
+            };
+            let element = match first {
+                PyExpr::ListComp(c) => Some(&c.elt),
+                PyExpr::Generator(g) => Some(&g.elt),
+                _ => None,
+            };
+            if let Some(element) = element {
+                if let Some(upload) = upload_in(cx, file, call, element) {
+                    out.push(finding(
+                        cx,
+                        file,
+                        upload,
+                        call.path.as_deref().unwrap_or("torch.stack"),
+                    ));
+                }
+                continue;
+            }
+            // `for s in samples: xs.append(s.to(dev))` ... `torch.stack(xs)`.
+            let Some(list) = facts::dotted(first) else {
+                continue;
+            };
+            for append in calls {
+                if append.fn_idx != call.fn_idx
+                    || append.start > call.start
+                    || append.loops.is_empty()
+                    || append.method != Some("append")
+                    || append.receiver.and_then(facts::dotted).as_deref() != Some(list.as_str())
+                {
+                    continue;
+                }
+                let Some(value) = append.call.arguments.args.first() else {
+                    continue;
+                };
+                if let Some(upload) = upload_in(cx, file, append, value) {
+                    out.push(finding(
+                        cx,
+                        file,
+                        upload,
+                        call.path.as_deref().unwrap_or("torch.stack"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn finding(cx: &PyContext<'_>, file: usize, upload: &PyExprCall, stack: &str) -> Finding {
+    let range = match &*upload.func {
+        PyExpr::Attribute(attr) => attr.attr.range(),
+        other => other.range(),
+    };
+    cx.finding(
+        file,
+        range,
+        format!("each sample is copied to the device on its own before `{stack}`"),
+        format!("`{stack}` the samples on the host first, then copy the batch once (`.to(device, non_blocking=True)` from pinned memory)"),
+    )
+}
+
+/// A `.to(device)` / `.cuda()` call in `expr` (the element of a per-sample expression).
+fn upload_in<'e>(
+    cx: &PyContext<'_>,
+    file: usize,
+    at: &PyCall<'_>,
+    expr: &'e PyExpr,
+) -> Option<&'e PyExprCall> {
+    let PyExpr::Call(call) = expr else {
+        return None;
+    };
+    if let PyExpr::Attribute(attr) = &*call.func {
+        match attr.attr.as_str() {
+            "cuda" => return Some(call),
+            "to" => {
+                let device = call
+                    .arguments
+                    .args
+                    .first()
+                    .or_else(|| python_keyword(call, "device"))?;
+                if cx.device_of(file, at.fn_idx, device, at.start) == Device::Accelerator {
+                    return Some(call);
+                }
+                return None;
+            }
+            _ => return upload_in(cx, file, at, &attr.value),
+        }
+    }
+    None
 }

@@ -5,6 +5,8 @@ use syn::visit::{self, Visit};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
 use crate::analysis::{CallRef, CrateContext, FileId, FnFact};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -42,6 +44,20 @@ crate::declare_rule! {
     ///     .num_workers(8)
     ///     .build(dataset);
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags a `DataLoader` without `num_workers`, or with
+    /// `num_workers=0`, unless its dataset is an in-memory `TensorDataset`.
+    ///
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8,
+    ///                     persistent_workers=True, pin_memory=True)
+    /// ```
     pub LoaderWithoutWorkers {
         code: "PK301",
         name: "loader-without-workers",
@@ -51,6 +67,10 @@ crate::declare_rule! {
 }
 
 impl Rule for LoaderWithoutWorkers {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -350,4 +370,60 @@ impl<'a> ChainWalker<'_, 'a> {
             methods,
         });
     }
+}
+
+/// PK301's Python form: `DataLoader(..)` without `num_workers`, or with `num_workers=0`, unless it
+/// serves an in-memory `TensorDataset`.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        if call.in_test
+            || !call
+                .path
+                .as_deref()
+                .is_some_and(|p| p.ends_with("DataLoader"))
+        {
+            continue;
+        }
+        let workers = python_keyword(call.call, "num_workers");
+        let zero = match workers {
+            None if call.has_double_star() => continue,
+            None => None,
+            Some(PyExpr::NumberLiteral(n))
+                if n.value.as_int().and_then(|i| i.as_u64()) == Some(0) =>
+            {
+                Some(())
+            }
+            // `num_workers=args.workers`: configurable.
+            Some(_) => continue,
+        };
+        let dataset = call
+            .call
+            .arguments
+            .args
+            .first()
+            .or_else(|| python_keyword(call.call, "dataset"));
+        if dataset.is_some_and(|d| in_memory_dataset(cx, file, call, d)) {
+            continue;
+        }
+        let message = if zero.is_some() {
+            "`DataLoader` with `num_workers=0` loads every batch in the training process"
+        } else {
+            "`DataLoader` without `num_workers` loads every batch in the training process"
+        };
+        out.push(cx.finding(
+            file,
+            PyContext::callee_range(call),
+            message,
+            "set `num_workers` (e.g. the number of CPU cores per GPU) and `persistent_workers=True`",
+        ));
+    }
+}
+
+/// A `TensorDataset` (already in memory: workers would only copy it).
+fn in_memory_dataset(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>, dataset: &PyExpr) -> bool {
+    let path = match dataset {
+        PyExpr::Call(c) => facts::dotted(&c.func),
+        other => cx.bound_call(file, call.fn_idx, other, call.start),
+    };
+    path.is_some_and(|p| p.ends_with("TensorDataset"))
 }

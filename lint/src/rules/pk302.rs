@@ -1,6 +1,8 @@
 //! PK302 `loader-default-batch-size`: a burn data loader built without a batch size.
 
 use crate::analysis::CrateContext;
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::pk301::loader_chains;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -35,6 +37,19 @@ crate::declare_rule! {
     ///     .num_workers(8)
     ///     .build(dataset);
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags a `DataLoader` without `batch_size` (nor a positional batch
+    /// size or a `batch_sampler`): PyTorch's default is 1.
+    ///
+    /// ```python
+    /// loader = DataLoader(dataset, shuffle=True, num_workers=8)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8)
+    /// ```
     pub LoaderDefaultBatchSize {
         code: "PK302",
         name: "loader-default-batch-size",
@@ -44,6 +59,10 @@ crate::declare_rule! {
 }
 
 impl Rule for LoaderDefaultBatchSize {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -60,5 +79,32 @@ impl Rule for LoaderDefaultBatchSize {
                 "set `.batch_size(n)` on the builder (burn defaults to 1 when it is missing)",
             ));
         }
+    }
+}
+
+/// PK302's Python form: `DataLoader(..)` without `batch_size` (PyTorch's default is 1).
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        if call.in_test
+            || call.has_double_star()
+            || !call
+                .path
+                .as_deref()
+                .is_some_and(|p| p.ends_with("DataLoader"))
+        {
+            continue;
+        }
+        let given = python_keyword(call.call, "batch_size").is_some()
+            || python_keyword(call.call, "batch_sampler").is_some()
+            || call.call.arguments.args.len() >= 2;
+        if given {
+            continue;
+        }
+        out.push(cx.finding(
+            file,
+            PyContext::callee_range(call),
+            "`DataLoader` without `batch_size` yields batches of one sample",
+            "pass `batch_size=` (as large as the GPU memory allows)",
+        ));
     }
 }

@@ -2,6 +2,8 @@
 
 use crate::analysis::patterns::root_name;
 use crate::analysis::{CallFact, CrateContext, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::pk203::is_upload;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -38,6 +40,25 @@ crate::declare_rule! {
     ///     opt.step(&stream)?;
     /// }
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags a batch from a `DataLoader` built without `pin_memory=True`,
+    /// copied with `.to(device)` / `.cuda()` in the step loop; or a batch from pinned memory copied
+    /// without `non_blocking=True`.
+    ///
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, num_workers=8)
+    /// for x, y in loader:
+    ///     x, y = x.to(device), y.to(device)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, num_workers=8, pin_memory=True)
+    /// for x, y in loader:
+    ///     x = x.to(device, non_blocking=True)
+    ///     y = y.to(device, non_blocking=True)
+    /// ```
     pub PageableUploadInStepLoop {
         code: "PK303",
         name: "pageable-upload-in-step-loop",
@@ -47,6 +68,10 @@ crate::declare_rule! {
 }
 
 impl Rule for PageableUploadInStepLoop {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -123,4 +148,77 @@ fn is_pinned(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>, source: &
     }
     cx.fn_of(file, call)
         .is_some_and(|f| f.pinned_bindings.contains(&name))
+}
+
+/// PK303's Python form: a batch from a `DataLoader` built without `pin_memory=True` copied with
+/// `.to(device)` / `.cuda()` in the step loop; or, from pinned memory, without `non_blocking=True`.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    // `x, y = x.to(dev), y.to(dev)`: one finding per line.
+    let mut seen = std::collections::HashSet::new();
+    for (file, call) in cx.calls() {
+        let (Some(method @ ("to" | "cuda")), Some(recv)) = (call.method, call.receiver) else {
+            continue;
+        };
+        if method == "to" {
+            let Some(device) = call
+                .call
+                .arguments
+                .args
+                .first()
+                .or_else(|| python_keyword(call.call, "device"))
+            else {
+                continue;
+            };
+            if cx.device_of(file, call.fn_idx, device, call.start) != Device::Accelerator {
+                continue;
+            }
+        }
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        // The batch: a loop target over a loader (`x` of `for x, y in loader`, `batch["ids"]`).
+        let base = match recv {
+            PyExpr::Subscript(sub) => &*sub.value,
+            other => other,
+        };
+        let Some(assign) = cx.binding(file, call.fn_idx, base, call.start) else {
+            continue;
+        };
+        if !assign.loop_target {
+            continue;
+        }
+        let Some(loader) = cx.loader_of(file, assign.fn_idx, assign.value, assign.at) else {
+            continue;
+        };
+        let pinned = match python_keyword(loader, "pin_memory") {
+            None => false,
+            Some(PyExpr::BooleanLiteral(b)) => b.value,
+            Some(_) => true,
+        };
+        let non_blocking = matches!(python_keyword(call.call, "non_blocking"), Some(PyExpr::BooleanLiteral(b)) if b.value)
+            || python_keyword(call.call, "non_blocking")
+                .is_some_and(|e| !matches!(e, PyExpr::BooleanLiteral(_)));
+        let line = cx.file(file).line_of(loader.start().to_usize());
+        let finding = if !pinned {
+            cx.finding(
+                file,
+                PyContext::callee_range(call),
+                format!("`.{method}(..)` copies a batch from pageable memory: its `DataLoader` (line {line}) has no `pin_memory=True`"),
+                "pass `pin_memory=True` to the `DataLoader` and copy with `.to(device, non_blocking=True)`",
+            )
+        } else if !non_blocking {
+            cx.finding(
+                file,
+                PyContext::callee_range(call),
+                format!("`.{method}(..)` copies a pinned batch without `non_blocking=True`, so the host waits for the copy"),
+                "copy with `.to(device, non_blocking=True)` so the copy overlaps with the host's work",
+            )
+        } else {
+            continue;
+        };
+        if !seen.insert((file, finding.region.line)) {
+            continue;
+        }
+        out.push(finding.in_py_step_loop(cx, &hit));
+    }
 }

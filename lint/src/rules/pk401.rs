@@ -4,6 +4,8 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
 use crate::analysis::{CallFact, CallRef, CrateContext, CrateFile, DeviceKind};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::pk201::strip_result;
 use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
@@ -44,6 +46,20 @@ crate::declare_rule! {
     /// ```rust,ignore
     /// let dev = Device::cuda_if_available(args.gpu)?;
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `"cuda:0"`, `.cuda(0)`, `torch.device("cuda", 0)` and
+    /// `torch.cuda.set_device(0)` in a module that never checks `torch.cuda.is_available()` or
+    /// `torch.cuda.device_count()`.
+    ///
+    /// ```python
+    /// device = torch.device("cuda:0")
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    /// ```
     pub HardcodedCudaDevice {
         code: "PK401",
         name: "hardcoded-cuda-device",
@@ -53,6 +69,10 @@ crate::declare_rule! {
 }
 
 impl Rule for HardcodedCudaDevice {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -366,4 +386,69 @@ impl<'ast> Visit<'ast> for KindFinder<'ast> {
         }
         visit::visit_expr_path(self, e);
     }
+}
+
+/// PK401's Python form: `"cuda:0"`, `.cuda(0)`, `torch.device("cuda", 0)`,
+/// `torch.cuda.set_device(0)` in a module that never checks `torch.cuda.is_available()` or
+/// `torch.cuda.device_count()`.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, unit) in cx.units.iter().enumerate() {
+        if unit.file.test_file {
+            continue;
+        }
+        let checked = unit.facts.calls.iter().any(|c| {
+            c.method
+                .is_some_and(|m| matches!(m, "is_available" | "device_count"))
+        });
+        if checked {
+            continue;
+        }
+        for call in &unit.facts.calls {
+            if call.in_test {
+                continue;
+            }
+            let args = &call.call.arguments;
+            let literal_index = |e: &PyExpr| matches!(e, PyExpr::NumberLiteral(_));
+            let hardcoded: Option<TextRange> = match (call.path.as_deref(), call.method) {
+                (Some("torch.device"), _)
+                    if args.args.len() == 2 && literal_index(&args.args[1]) =>
+                {
+                    Some(call.call.range())
+                }
+                (Some("torch.cuda.set_device"), _)
+                    if args.args.first().is_some_and(literal_index) =>
+                {
+                    Some(call.call.range())
+                }
+                (_, Some("cuda")) if args.args.first().is_some_and(literal_index) => {
+                    Some(PyContext::callee_range(call))
+                }
+                _ => args
+                    .args
+                    .iter()
+                    .chain(args.keywords.iter().map(|k| &k.value))
+                    .find(|e| cuda_index_literal(e))
+                    .map(Ranged::range),
+            };
+            let Some(range) = hardcoded else { continue };
+            let text = unit.file.text(range).to_string();
+            out.push(cx.finding(
+                file,
+                range,
+                format!("`{text}` hardcodes a GPU index with no availability check"),
+                "choose the device at run time: `torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")`, or the process's `LOCAL_RANK`",
+            ));
+        }
+    }
+}
+
+/// `"cuda:0"`, `"cuda:1"`, ...
+fn cuda_index_literal(expr: &PyExpr) -> bool {
+    let PyExpr::StringLiteral(s) = expr else {
+        return false;
+    };
+    s.value
+        .to_str()
+        .strip_prefix("cuda:")
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use syn::Expr;
 
 use crate::analysis::{CallFact, CallRef, CrateContext, FileId, path_text};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::pk201::strip_ref;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -44,6 +46,24 @@ crate::declare_rule! {
     /// unsafe { std::env::set_var("CUDA_VISIBLE_DEVICES", rank.to_string()) };
     /// let dev = Device::cuda_if_available(0)?;
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `os.environ["CUDA_VISIBLE_DEVICES"] = ...` (or
+    /// `os.environ.setdefault`, `os.putenv`) after a call that initialises CUDA
+    /// (`torch.cuda.is_available()`, `device_count()`, `set_device`, `.cuda()`) earlier in the same
+    /// function or at module level. A bare `import torch` does not initialise CUDA.
+    ///
+    /// ```python
+    /// if torch.cuda.is_available():
+    ///     os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # too late
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # first
+    /// if torch.cuda.is_available():
+    ///     ...
+    /// ```
     pub VisibleDevicesAfterCudaInit {
         code: "PK402",
         name: "visible-devices-after-cuda-init",
@@ -53,6 +73,10 @@ crate::declare_rule! {
 }
 
 impl Rule for VisibleDevicesAfterCudaInit {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -347,4 +371,71 @@ fn call_text(call: &CallFact<'_>) -> String {
         CallRef::Path(_, path) => path_text(path),
         CallRef::Method(m) => m.method.to_string(),
     }
+}
+
+/// PK402's Python form: `os.environ["CUDA_VISIBLE_DEVICES"] = ..` (or `os.environ.setdefault`,
+/// `os.putenv`) after a call that initialises CUDA (`torch.cuda.is_available()`, `device_count()`,
+/// `set_device`, `.cuda()`) earlier in the same function or at module level. A bare `import torch`
+/// does not initialise CUDA.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, unit) in cx.units.iter().enumerate() {
+        let mut sets: Vec<(TextRange, Option<usize>)> = Vec::new();
+        for (target, key, range, fn_idx) in &unit.facts.subscript_assigns {
+            if facts::dotted(target).is_some_and(|p| p.ends_with("environ")) && visible_devices(key)
+            {
+                sets.push((*range, *fn_idx));
+            }
+        }
+        for call in &unit.facts.calls {
+            let setter = matches!(call.path.as_deref(), Some(p) if p.ends_with("environ.setdefault") || p == "os.putenv");
+            if setter
+                && call
+                    .call
+                    .arguments
+                    .args
+                    .first()
+                    .is_some_and(visible_devices)
+            {
+                sets.push((call.call.range(), call.fn_idx));
+            }
+        }
+        for (range, fn_idx) in sets {
+            let at = range.start().to_usize();
+            let init = unit.facts.calls.iter().find(|c| {
+                c.start < at && (c.fn_idx == fn_idx || c.fn_idx.is_none()) && initialises_cuda(c)
+            });
+            let Some(init) = init else { continue };
+            let line = unit.file.line_of(init.start);
+            let what = init.display_name();
+            out.push(cx.finding(
+                file,
+                range,
+                format!("`CUDA_VISIBLE_DEVICES` is set after `{what}()` on line {line} initialised CUDA, so it has no effect"),
+                "set it before anything touches CUDA (first thing in the program, or in the shell that starts it)",
+            ));
+        }
+    }
+}
+
+fn visible_devices(expr: &PyExpr) -> bool {
+    matches!(expr, PyExpr::StringLiteral(s) if s.value.to_str() == "CUDA_VISIBLE_DEVICES")
+}
+
+fn initialises_cuda(call: &PyCall<'_>) -> bool {
+    if call.method == Some("cuda") {
+        return true;
+    }
+    matches!(
+        call.path.as_deref(),
+        Some(
+            "torch.cuda.is_available"
+                | "torch.cuda.device_count"
+                | "torch.cuda.set_device"
+                | "torch.cuda.init"
+                | "torch.cuda.current_device"
+                | "torch.cuda.get_device_name"
+                | "torch.cuda.mem_get_info"
+                | "torch.cuda.get_device_properties"
+        )
+    )
 }

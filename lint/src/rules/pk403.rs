@@ -1,6 +1,8 @@
 //! PK403 `checkpoint-load-without-device`: tch loaders that restore tensors to their saved device.
 
 use crate::analysis::{CrateContext, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -34,6 +36,19 @@ crate::declare_rule! {
     /// let model = tch::CModule::load_on_device("model.pt", device)?;
     /// let ema = tch::Tensor::load_multi_with_device("ema.ot", device)?;
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `torch.load(path)` and `torch.jit.load(path)` without
+    /// `map_location`.
+    ///
+    /// ```python
+    /// state = torch.load("checkpoint.pt")
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// state = torch.load("checkpoint.pt", map_location=device)
+    /// ```
     pub CheckpointLoadWithoutDevice {
         code: "PK403",
         name: "checkpoint-load-without-device",
@@ -43,6 +58,10 @@ crate::declare_rule! {
 }
 
 impl Rule for CheckpointLoadWithoutDevice {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -80,5 +99,27 @@ impl Rule for CheckpointLoadWithoutDevice {
                 help,
             ));
         }
+    }
+}
+
+/// PK403's Python form: `torch.load(..)` / `torch.jit.load(..)` without `map_location`.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        let Some(path @ ("torch.load" | "torch.jit.load")) = call.path.as_deref() else {
+            continue;
+        };
+        if call.in_test || call.has_double_star() {
+            continue;
+        }
+        let given = call.keyword("map_location").is_some() || call.call.arguments.args.len() >= 2;
+        if given {
+            continue;
+        }
+        out.push(cx.finding(
+            file,
+            PyContext::callee_range(call),
+            format!("`{path}` restores tensors to the device they were saved from"),
+            "choose the device when loading: `torch.load(path, map_location=device)`",
+        ));
     }
 }

@@ -5,6 +5,8 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -45,6 +47,25 @@ crate::declare_rule! {
     /// ```rust,ignore
     /// let vb = VarBuilder::from_varmap(&varmap, DType::BF16, &dev);
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags Lightning's `Trainer(precision=32)` / `"32-true"` (also
+    /// `Fabric`), and an optimizer built in a package where no autocast, bfloat16 or half precision
+    /// appears anywhere (reported once per package, at the optimizer).
+    ///
+    /// ```python
+    /// opt = torch.optim.AdamW(model.parameters())
+    /// for x, y in loader:
+    ///     loss = criterion(model(x), y)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// opt = torch.optim.AdamW(model.parameters())
+    /// for x, y in loader:
+    ///     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+    ///         loss = criterion(model(x), y)
+    /// ```
     pub FullPrecisionTraining {
         code: "PK501",
         name: "full-precision-training",
@@ -54,6 +75,10 @@ crate::declare_rule! {
 }
 
 impl Rule for FullPrecisionTraining {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -382,5 +407,57 @@ impl<'ast> Visit<'ast> for DtypeFinder {
             self.found.push(elem.span());
         }
         visit::visit_path(self, path);
+    }
+}
+
+/// PK501's Python form: Lightning `Trainer(precision=32)` / `"32-true"` (also `Fabric`), or an
+/// optimizer built in a package where no autocast, bfloat16 or half precision appears anywhere.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    let mut reported_package = false;
+    for (file, call) in cx.calls() {
+        if call.in_test {
+            continue;
+        }
+        let path = call.path.as_deref().unwrap_or("");
+        if path.ends_with("Trainer") || path.ends_with("Fabric") {
+            let Some(precision) = call.keyword("precision") else {
+                continue;
+            };
+            let full = match precision {
+                PyExpr::NumberLiteral(n) => n
+                    .value
+                    .as_int()
+                    .and_then(|i| i.as_u64())
+                    .is_some_and(|v| v == 32 || v == 64),
+                PyExpr::StringLiteral(s) => {
+                    matches!(s.value.to_str(), "32" | "32-true" | "64" | "64-true")
+                }
+                _ => false,
+            };
+            if full {
+                let text = cx.file(file).text(precision.range()).to_string();
+                out.push(cx.finding(
+                    file,
+                    precision.range(),
+                    format!("`precision={text}` trains in full precision"),
+                    "use `precision=\"bf16-mixed\"` (or `\"16-mixed\"` on GPUs without bfloat16)",
+                ));
+            }
+            continue;
+        }
+        if reported_package || cx.mixed_precision() || !python_names::is_optimizer_constructor(path)
+        {
+            continue;
+        }
+        if !path.contains("optim") && call.func_name.is_none() {
+            continue;
+        }
+        reported_package = true;
+        out.push(cx.finding(
+            file,
+            PyContext::callee_range(call),
+            "this training runs in full precision: no autocast, bfloat16 or half precision anywhere in the package",
+            "wrap the forward pass and loss in `torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16)`",
+        ));
     }
 }

@@ -8,6 +8,8 @@ use syn::{Expr, Token};
 
 use crate::analysis::patterns::binding_name;
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::pk301::int_literal;
 use crate::rules::{Finding, Rule, RuleMeta};
 
@@ -54,6 +56,21 @@ crate::declare_rule! {
     /// ```rust,ignore
     /// const BATCH_SIZE: usize = 64;
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags a literal `batch_size` below `min-batch-size` in a
+    /// `DataLoader` (keyword or positional), a `batch_size=` keyword of any call (a DataModule,
+    /// `TrainingArguments(per_device_train_batch_size=..)`), or an argparse `--batch-size` default; not
+    /// when gradient accumulation appears in the package, nor for evaluation loaders (`shuffle=False`).
+    ///
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=8)
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8)
+    /// ```
     pub SmallBatchSize {
         code: "PK502",
         name: "small-batch-size",
@@ -63,6 +80,10 @@ crate::declare_rule! {
 }
 
 impl Rule for SmallBatchSize {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -367,6 +388,66 @@ impl<'ast> Visit<'ast> for NamedFinder {
             }
         }
         visit::visit_field(self, field);
+    }
+}
+
+/// PK502's Python form: a literal `batch_size` below `min-batch-size` in a `DataLoader`, a
+/// `batch_size=` keyword of any call (a DataModule, `TrainingArguments`) or an argparse default,
+/// unless gradient accumulation appears in the package. Evaluation loaders (`shuffle=False`,
+/// `val_`/`test_`/`eval_` keywords) are not training batches.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    if cx.grad_accumulation() {
+        return;
+    }
+    let min = cx.config.min_batch_size;
+    for (file, call) in cx.calls() {
+        if call.in_test {
+            continue;
+        }
+        let mut literal: Option<&PyExpr> = None;
+        for keyword in &call.call.arguments.keywords {
+            let Some(arg) = &keyword.arg else { continue };
+            if matches!(
+                arg.as_str(),
+                "batch_size" | "train_batch_size" | "per_device_train_batch_size"
+            ) {
+                literal = Some(&keyword.value);
+            }
+        }
+        let path = call.path.as_deref().unwrap_or("");
+        if literal.is_none() && path.ends_with("DataLoader") {
+            literal = call.call.arguments.args.get(1);
+        }
+        if literal.is_none() && call.method == Some("add_argument") {
+            let flag = call.call.arguments.args.first().and_then(|e| match e {
+                PyExpr::StringLiteral(s) => Some(s.value.to_str().to_string()),
+                _ => None,
+            });
+            if flag.is_some_and(|f| {
+                matches!(f.as_str(), "--batch-size" | "--batch_size" | "--bs" | "-b")
+            }) {
+                literal = call.keyword("default");
+            }
+        }
+        let Some(PyExpr::NumberLiteral(n)) = literal else {
+            continue;
+        };
+        let Some(value) = n.value.as_int().and_then(|i| i.as_u64()) else {
+            continue;
+        };
+        if value as usize >= min {
+            continue;
+        }
+        let eval = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value);
+        if eval {
+            continue;
+        }
+        out.push(cx.finding(
+            file,
+            n.range(),
+            format!("batch size {value} is below {min}: the GPU does little work per step"),
+            "use a larger batch (as memory allows), or accumulate gradients over several batches",
+        ));
     }
 }
 

@@ -1,6 +1,8 @@
 //! PK503 `multi-device-instead-of-ddp`: burn's multi-device strategy where DDP is available.
 
 use crate::analysis::CrateContext;
+#[allow(unused_imports)]
+use crate::python::prelude::*;
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -36,6 +38,21 @@ crate::declare_rule! {
     ///     DistributedConfig { all_reduce_op: ReduceOperation::Mean },
     /// );
     /// ```
+    ///
+    /// ## Python
+    /// Python (PyTorch, Lightning): flags `nn.DataParallel(model)` and Lightning's `strategy="dp"` (and
+    /// the older `distributed_backend="dp"` / `accelerator="dp"`).
+    ///
+    /// ```python
+    /// model = nn.DataParallel(model)
+    /// trainer = pl.Trainer(devices=2, strategy="dp")
+    /// ```
+    ///
+    /// Use instead:
+    /// ```python
+    /// model = DistributedDataParallel(model, device_ids=[local_rank])  # one process per GPU (torchrun)
+    /// trainer = pl.Trainer(devices=2, strategy="ddp")
+    /// ```
     pub MultiDeviceInsteadOfDdp {
         code: "PK503",
         name: "multi-device-instead-of-ddp",
@@ -45,6 +62,10 @@ crate::declare_rule! {
 }
 
 impl Rule for MultiDeviceInsteadOfDdp {
+    fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+        check_python(cx, out);
+    }
+
     fn meta(&self) -> &'static RuleMeta {
         Self::meta_static()
     }
@@ -71,6 +92,40 @@ impl Rule for MultiDeviceInsteadOfDdp {
                 ),
                 help,
             ));
+        }
+    }
+}
+
+/// PK503's Python form: `nn.DataParallel(..)`, Lightning `strategy="dp"` /
+/// `distributed_backend="dp"` / `accelerator="dp"`.
+fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls() {
+        if call.in_test {
+            continue;
+        }
+        let path = call.path.as_deref().unwrap_or("");
+        if path.ends_with("DataParallel") && !path.ends_with("DistributedDataParallel") {
+            out.push(cx.finding(
+                file,
+                PyContext::callee_range(call),
+                "`DataParallel` runs one process that scatters each batch and gathers the outputs on GPU 0",
+                "use `DistributedDataParallel` (one process per GPU, started with `torchrun`)",
+            ));
+            continue;
+        }
+        for keyword in ["strategy", "distributed_backend", "accelerator"] {
+            if let Some(PyExpr::StringLiteral(s)) = call.keyword(keyword)
+                && s.value.to_str() == "dp"
+            {
+                out.push(cx.finding(
+                    file,
+                    s.range(),
+                    format!(
+                        "`{keyword}=\"dp\"` is Lightning's DataParallel: one process for all GPUs"
+                    ),
+                    "use `strategy=\"ddp\"` (one process per GPU)",
+                ));
+            }
         }
     }
 }

@@ -1,0 +1,191 @@
+//! Python lint benchmark: `perfkit lint` over a corpus of real PyTorch code against the floor it
+//! cannot beat, parsing the same files with Ruff's parser (read + parse + drop, same threads),
+//! in the same run. Prints one table.
+//!
+//! Usage (through `bench/python-corpus.sh`, which fetches the corpus):
+//! `cargo bench -p perfkit-lint --bench python_corpus -- [--jobs N] [--runs N] DIR...`
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use perfkit_lint::LintOptions;
+use rayon::prelude::*;
+
+fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            python_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "py") {
+            out.push(path);
+        }
+    }
+}
+
+/// CPU time (user + system) of this process so far, from `/proc/self/stat` (USER_HZ = 100).
+fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
+    let cpu_start = process_cpu_time().unwrap_or_default();
+    let start = Instant::now();
+    let value = f();
+    let wall = start.elapsed();
+    let cpu = process_cpu_time()
+        .unwrap_or_default()
+        .saturating_sub(cpu_start);
+    (value, wall, cpu)
+}
+
+/// Read and parse every file (what the lint cannot avoid); returns the files that did not parse.
+fn parse_pass(pool: &rayon::ThreadPool, files: &[PathBuf]) -> usize {
+    pool.install(|| {
+        files
+            .par_iter()
+            .map(|file| {
+                let Ok(text) = std::fs::read_to_string(file) else {
+                    return 1;
+                };
+                let options =
+                    ruff_python_parser::ParseOptions::from(ruff_python_ast::PySourceType::Python)
+                        .with_target_version(ruff_python_ast::PythonVersion::PY314);
+                let parsed = ruff_python_parser::parse_unchecked(&text, options);
+                usize::from(!parsed.errors().is_empty())
+            })
+            .sum()
+    })
+}
+
+fn main() -> ExitCode {
+    let mut jobs = 2;
+    let mut runs = 3;
+    let mut dirs = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--jobs" => jobs = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
+            "--runs" => runs = args.next().and_then(|n| n.parse().ok()).unwrap_or(3),
+            // `cargo bench` passes `--bench`.
+            flag if flag.starts_with("--") => {}
+            dir => dirs.push(PathBuf::from(dir)),
+        }
+    }
+    if dirs.is_empty() {
+        eprintln!(
+            "usage: python_corpus [--jobs N] [--runs N] DIR...  (see bench/python-corpus.sh)"
+        );
+        return ExitCode::from(2);
+    }
+    let mut files = Vec::new();
+    for dir in &dirs {
+        python_files(dir, &mut files);
+    }
+    files.sort();
+    let lines: usize = files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(|t| t.lines().count())
+        .sum();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .expect("thread pool");
+    let mut options = LintOptions::new(dirs.clone());
+    options.jobs = Some(jobs);
+
+    let (mut parse_wall, mut parse_cpu) = (Duration::MAX, Duration::MAX);
+    let (mut lint_wall, mut lint_cpu) = (Duration::MAX, Duration::MAX);
+    let (mut front_wall, mut front_cpu) = (Duration::MAX, Duration::MAX);
+    // The same run with no rule selected: walk, parse, facts, step-loop analysis, suppressions.
+    let mut front_options = options.clone();
+    front_options.select = vec!["PK000".to_string()];
+    let mut failed = 0;
+    let mut report = None;
+    for _ in 0..runs {
+        // Interleaved, so that both passes see the same machine.
+        let (f, wall, cpu) = timed(|| parse_pass(&pool, &files));
+        failed = f;
+        parse_wall = parse_wall.min(wall);
+        parse_cpu = parse_cpu.min(cpu);
+        let (r, wall, cpu) = timed(|| perfkit_lint::lint(&options));
+        lint_wall = lint_wall.min(wall);
+        lint_cpu = lint_cpu.min(cpu);
+        let (_, wall, cpu) = timed(|| perfkit_lint::lint(&front_options));
+        front_wall = front_wall.min(wall);
+        front_cpu = front_cpu.min(cpu);
+        match r {
+            Ok(r) => report = Some(r),
+            Err(e) => {
+                eprintln!("lint failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let report = report.expect("at least one run");
+    println!(
+        "corpus: {} Python files, {lines} lines; {jobs} threads, best of {runs} runs; load average {}",
+        files.len(),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|t| t.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "-".into())
+    );
+    println!();
+    println!(
+        "| pass | files | lines | wall s | lines/s | CPU s | lines/CPU-s | ratio (wall) | ratio (CPU) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let rate = |t: Duration| lines as f64 / t.as_secs_f64().max(1e-9);
+    println!(
+        "| ruff_python_parser parse only (floor) | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | 1.00 | 1.00 |",
+        files.len(),
+        parse_wall.as_secs_f64(),
+        rate(parse_wall),
+        parse_cpu.as_secs_f64(),
+        rate(parse_cpu)
+    );
+    println!(
+        "| perfkit lint, no rules (front end + step-loop analysis) | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} |",
+        report.files_scanned,
+        front_wall.as_secs_f64(),
+        rate(front_wall),
+        front_cpu.as_secs_f64(),
+        rate(front_cpu),
+        front_wall.as_secs_f64() / parse_wall.as_secs_f64().max(1e-9),
+        front_cpu.as_secs_f64() / parse_cpu.as_secs_f64().max(1e-9),
+    );
+    println!(
+        "| perfkit lint | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} |",
+        report.files_scanned,
+        lint_wall.as_secs_f64(),
+        rate(lint_wall),
+        lint_cpu.as_secs_f64(),
+        rate(lint_cpu),
+        lint_wall.as_secs_f64() / parse_wall.as_secs_f64().max(1e-9),
+        lint_cpu.as_secs_f64() / parse_cpu.as_secs_f64().max(1e-9),
+    );
+    println!();
+    println!(
+        "files that did not parse: {failed}; lint errors: {}; findings: {}",
+        report.errors.len(),
+        report.diagnostics.len()
+    );
+    for error in &report.errors {
+        println!("error: {}: {}", error.path.display(), error.message);
+    }
+    let mut by_code = std::collections::BTreeMap::new();
+    for d in &report.diagnostics {
+        *by_code.entry(d.code).or_insert(0usize) += 1;
+    }
+    println!("findings by code: {by_code:?}");
+    ExitCode::SUCCESS
+}

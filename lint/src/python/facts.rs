@@ -1,0 +1,577 @@
+//! Lowering a Python module into facts: functions, loops, calls and bindings, each with the context
+//! it runs in (function, enclosing loops, `% N` guards, `torch.no_grad()`, test code).
+
+use rustc_hash::FxHashMap;
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{CmpOp, Expr, ExprCall, Operator, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use super::PyFile;
+
+/// A function or method.
+#[derive(Debug)]
+pub struct PyFn<'a> {
+    pub name: &'a str,
+    /// The class it is defined in (directly).
+    pub class: Option<&'a str>,
+    pub range: TextRange,
+    /// The range of its name.
+    pub name_range: TextRange,
+    /// A test (`test_*`) or in a test file, or in a test class.
+    pub in_test: bool,
+    /// Lightning's `training_step` / `on_train_batch_*`: runs once per step.
+    pub step_body: bool,
+    /// What it returns (for helpers that build tensors).
+    pub returns: Vec<&'a Expr>,
+}
+
+/// A `for` or `while` loop (comprehensions are not loops here).
+#[derive(Debug)]
+pub struct PyLoop<'a> {
+    pub range: TextRange,
+    pub fn_idx: Option<usize>,
+    /// The loop directly around this one (same function).
+    pub parent: Option<usize>,
+    /// The iterated expression of a `for`.
+    pub iter: Option<&'a Expr>,
+    /// Where the body starts.
+    pub body_start: usize,
+}
+
+/// A call, with where it runs.
+#[derive(Debug)]
+pub struct PyCall<'a> {
+    pub call: &'a ExprCall,
+    /// Start offset of the call.
+    pub start: usize,
+    /// Dotted callee (`torch.cuda.synchronize`, `loss.item`, `self.log`), if the callee is a name or
+    /// an attribute chain over names.
+    pub path: Option<String>,
+    /// The method name when the callee is an attribute (`item` of `loss.item()`).
+    pub method: Option<&'a str>,
+    /// What the method is called on.
+    pub receiver: Option<&'a Expr>,
+    /// The function name when the callee is a plain name (`float` of `float(t)`).
+    pub func_name: Option<&'a str>,
+    pub fn_idx: Option<usize>,
+    /// Enclosing loops, outermost first.
+    pub loops: Vec<usize>,
+    /// The number of loops around the innermost `if step % N == 0` guard around the call.
+    pub guard: Option<usize>,
+    /// Under `torch.no_grad()` / `torch.inference_mode()`.
+    pub no_grad: bool,
+    pub in_test: bool,
+    /// Inside a list/set/dict comprehension or generator expression.
+    pub in_comprehension: bool,
+}
+
+impl PyCall<'_> {
+    /// A short name for notes: `train_one_epoch`, `self.log`.
+    pub fn display_name(&self) -> String {
+        self.path
+            .clone()
+            .or_else(|| self.method.map(str::to_string))
+            .unwrap_or_else(|| "call".to_string())
+    }
+
+    /// The keyword argument `name`, if given.
+    pub fn keyword(&self, name: &str) -> Option<&Expr> {
+        keyword(self.call, name)
+    }
+
+    /// Whether the call passes `**kwargs` (then any keyword may be in it).
+    pub fn has_double_star(&self) -> bool {
+        self.call.arguments.keywords.iter().any(|k| k.arg.is_none())
+    }
+}
+
+/// The keyword argument `name` of a call.
+pub fn keyword<'e>(call: &'e ExprCall, name: &str) -> Option<&'e Expr> {
+    call.arguments
+        .keywords
+        .iter()
+        .find(|k| k.arg.as_ref().is_some_and(|a| a.as_str() == name))
+        .map(|k| &k.value)
+}
+
+/// An assignment `name = value` (also `self.x = value`, the elements of `a, b = c, d`, loop targets).
+#[derive(Debug)]
+pub struct PyAssign<'a> {
+    pub name: String,
+    pub value: &'a Expr,
+    /// Where the binding takes effect: the end of an assignment, the start of a `for`.
+    pub at: usize,
+    pub fn_idx: Option<usize>,
+    pub loops: Vec<usize>,
+    /// Bound by a `for` over something (the value is the iterated expression).
+    pub loop_target: bool,
+    /// The loop that binds it, for loop targets.
+    pub target_of: Option<usize>,
+}
+
+/// An augmented assignment `target += value` (or `target = target + value`).
+#[derive(Debug)]
+pub struct PyAccumulate<'a> {
+    pub target: &'a Expr,
+    pub value: &'a Expr,
+    pub range: TextRange,
+    pub fn_idx: Option<usize>,
+    pub loops: Vec<usize>,
+    pub guard: Option<usize>,
+    pub no_grad: bool,
+    pub in_test: bool,
+}
+
+/// The facts of one module.
+#[derive(Debug, Default)]
+pub struct PyFacts<'a> {
+    pub fns: Vec<PyFn<'a>>,
+    pub loops: Vec<PyLoop<'a>>,
+    pub calls: Vec<PyCall<'a>>,
+    pub assigns: Vec<PyAssign<'a>>,
+    /// Assignment indices by name.
+    pub assigns_by_name: FxHashMap<String, Vec<usize>>,
+    pub accumulates: Vec<PyAccumulate<'a>>,
+    /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
+    pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
+}
+
+/// Lowers a module into facts.
+pub fn collect(file: &PyFile) -> PyFacts<'_> {
+    let mut collector = Collector {
+        facts: PyFacts::default(),
+        fn_stack: Vec::new(),
+        class_stack: Vec::new(),
+        loops: Vec::new(),
+        guard: None,
+        no_grad: 0,
+        test: file.test_file,
+        test_depth: 0,
+        comprehension: 0,
+    };
+    for stmt in &file.module().body {
+        collector.visit_stmt(stmt);
+    }
+    let mut facts = collector.facts;
+    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+    for (i, assign) in facts.assigns.iter().enumerate() {
+        match by_name.get_mut(assign.name.as_str()) {
+            Some(list) => list.push(i),
+            None => {
+                by_name.insert(assign.name.clone(), vec![i]);
+            }
+        }
+    }
+    facts.assigns_by_name = by_name;
+    facts
+}
+
+struct Collector<'a> {
+    facts: PyFacts<'a>,
+    fn_stack: Vec<usize>,
+    class_stack: Vec<(&'a str, bool)>,
+    loops: Vec<usize>,
+    guard: Option<usize>,
+    no_grad: usize,
+    test: bool,
+    test_depth: usize,
+    comprehension: usize,
+}
+
+impl<'a> Collector<'a> {
+    fn fn_idx(&self) -> Option<usize> {
+        self.fn_stack.last().copied()
+    }
+
+    fn in_test(&self) -> bool {
+        self.test || self.test_depth > 0
+    }
+
+    fn bind(&mut self, target: &'a Expr, value: &'a Expr, at: usize) {
+        match (target, value) {
+            (Expr::Tuple(targets), Expr::Tuple(values))
+                if targets.elts.len() == values.elts.len() =>
+            {
+                for (t, v) in targets.elts.iter().zip(&values.elts) {
+                    self.bind(t, v, at);
+                }
+            }
+            (Expr::Tuple(targets), _) => {
+                // `x, y = batch`: each element comes from the value.
+                for t in &targets.elts {
+                    self.bind(t, value, at);
+                }
+            }
+            _ => {
+                if let Some(name) = dotted(target) {
+                    self.facts.assigns.push(PyAssign {
+                        name,
+                        value,
+                        at,
+                        fn_idx: self.fn_idx(),
+                        loops: self.loops.clone(),
+                        loop_target: false,
+                        target_of: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn bind_loop_target(&mut self, target: &'a Expr, iter: &'a Expr, at: usize, loop_idx: usize) {
+        // `for step, batch in enumerate(loader)`: the counter is a number, the rest comes from the
+        // loader.
+        if let (Expr::Tuple(t), Expr::Call(call)) = (target, iter)
+            && t.elts.len() == 2
+            && dotted(&call.func).as_deref() == Some("enumerate")
+            && let Some(inner) = call.arguments.args.first()
+        {
+            self.bind(&t.elts[0], &t.elts[0], at);
+            self.bind_loop_target(&t.elts[1], inner, at, loop_idx);
+            return;
+        }
+        match target {
+            Expr::Tuple(t) => {
+                for e in &t.elts {
+                    self.bind_loop_target(e, iter, at, loop_idx);
+                }
+            }
+            Expr::List(t) => {
+                for e in &t.elts {
+                    self.bind_loop_target(e, iter, at, loop_idx);
+                }
+            }
+            _ => {
+                if let Some(name) = dotted(target) {
+                    self.facts.assigns.push(PyAssign {
+                        name,
+                        value: iter,
+                        at,
+                        fn_idx: self.fn_idx(),
+                        loops: self.loops.clone(),
+                        loop_target: true,
+                        target_of: Some(loop_idx),
+                    });
+                }
+            }
+        }
+    }
+
+    fn enter_loop(&mut self, range: TextRange, iter: Option<&'a Expr>, body_start: usize) -> usize {
+        let idx = self.facts.loops.len();
+        let parent = self
+            .loops
+            .last()
+            .copied()
+            .filter(|&p| self.facts.loops[p].fn_idx == self.fn_idx());
+        self.facts.loops.push(PyLoop {
+            range,
+            fn_idx: self.fn_idx(),
+            parent,
+            iter,
+            body_start,
+        });
+        self.loops.push(idx);
+        idx
+    }
+}
+
+impl<'a> Visitor<'a> for Collector<'a> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        match stmt {
+            Stmt::FunctionDef(def) => {
+                for decorator in &def.decorator_list {
+                    self.visit_expr(&decorator.expression);
+                }
+                let name = def.name.as_str();
+                let class = self.class_stack.last().map(|(c, _)| *c);
+                let class_test = self.class_stack.last().is_some_and(|(_, t)| *t);
+                let is_test = name.starts_with("test_") || name.starts_with("test") && class_test;
+                let idx = self.facts.fns.len();
+                self.facts.fns.push(PyFn {
+                    name,
+                    class,
+                    range: def.range,
+                    name_range: def.name.range(),
+                    in_test: self.in_test() || is_test || class_test,
+                    step_body: class.is_some()
+                        && (name == "training_step" || name.starts_with("on_train_batch_")),
+                    returns: Vec::new(),
+                });
+                // Loops and guards do not cross a function boundary.
+                let loops = std::mem::take(&mut self.loops);
+                let guard = self.guard.take();
+                let no_grad = std::mem::take(&mut self.no_grad);
+                let decorated_no_grad = def
+                    .decorator_list
+                    .iter()
+                    .any(|d| dotted(strip_call(&d.expression)).is_some_and(|p| is_no_grad(&p)));
+                if decorated_no_grad {
+                    self.no_grad += 1;
+                }
+                let test_bump = usize::from(is_test || class_test);
+                self.test_depth += test_bump;
+                self.fn_stack.push(idx);
+                for s in &def.body {
+                    self.visit_stmt(s);
+                }
+                self.fn_stack.pop();
+                self.test_depth -= test_bump;
+                self.loops = loops;
+                self.guard = guard;
+                self.no_grad = no_grad;
+            }
+            Stmt::ClassDef(class) => {
+                if let Some(args) = &class.arguments {
+                    for arg in &args.args {
+                        self.visit_expr(arg);
+                    }
+                }
+                let name = class.name.as_str();
+                let is_test = name.starts_with("Test")
+                    || class.arguments.as_ref().is_some_and(|a| {
+                        a.args
+                            .iter()
+                            .any(|b| dotted(b).is_some_and(|p| p.ends_with("TestCase")))
+                    });
+                self.class_stack.push((name, is_test || self.in_test()));
+                for s in &class.body {
+                    self.visit_stmt(s);
+                }
+                self.class_stack.pop();
+            }
+            Stmt::Return(ret) => {
+                if let (Some(value), Some(fi)) = (&ret.value, self.fn_idx()) {
+                    self.facts.fns[fi].returns.push(value);
+                }
+                visitor::walk_stmt(self, stmt);
+            }
+            Stmt::For(f) => {
+                self.visit_expr(&f.iter);
+                let body_start = f
+                    .body
+                    .first()
+                    .map_or(f.range.end(), Ranged::start)
+                    .to_usize();
+                let idx = self.enter_loop(f.range, Some(&f.iter), body_start);
+                self.bind_loop_target(&f.target, &f.iter, f.range.start().to_usize(), idx);
+                for s in &f.body {
+                    self.visit_stmt(s);
+                }
+                self.loops.pop();
+                for s in &f.orelse {
+                    self.visit_stmt(s);
+                }
+            }
+            Stmt::While(w) => {
+                let body_start = w
+                    .body
+                    .first()
+                    .map_or(w.range.end(), Ranged::start)
+                    .to_usize();
+                self.enter_loop(w.range, None, body_start);
+                self.visit_expr(&w.test);
+                for s in &w.body {
+                    self.visit_stmt(s);
+                }
+                self.loops.pop();
+                for s in &w.orelse {
+                    self.visit_stmt(s);
+                }
+            }
+            Stmt::If(i) => {
+                self.visit_expr(&i.test);
+                let saved = self.guard;
+                if is_modulo_guard(&i.test) {
+                    self.guard = Some(self.loops.len());
+                }
+                for s in &i.body {
+                    self.visit_stmt(s);
+                }
+                self.guard = saved;
+                for clause in &i.elif_else_clauses {
+                    if let Some(test) = &clause.test {
+                        self.visit_expr(test);
+                    }
+                    for s in &clause.body {
+                        self.visit_stmt(s);
+                    }
+                }
+            }
+            Stmt::With(w) => {
+                let mut bump = 0;
+                for item in &w.items {
+                    self.visit_expr(&item.context_expr);
+                    if dotted(strip_call(&item.context_expr)).is_some_and(|p| is_no_grad(&p)) {
+                        bump += 1;
+                    }
+                    if let Some(vars) = &item.optional_vars {
+                        self.bind(vars, &item.context_expr, w.range.start().to_usize());
+                    }
+                }
+                self.no_grad += bump;
+                for s in &w.body {
+                    self.visit_stmt(s);
+                }
+                self.no_grad -= bump;
+            }
+            Stmt::Assign(a) => {
+                self.visit_expr(&a.value);
+                // The name is bound once the value is computed: uses in the value see the old one.
+                let at = a.range.end().to_usize();
+                for target in &a.targets {
+                    if let Expr::Subscript(sub) = target {
+                        self.facts.subscript_assigns.push((
+                            &sub.value,
+                            &sub.slice,
+                            a.range,
+                            self.fn_idx(),
+                        ));
+                        self.visit_expr(target);
+                        continue;
+                    }
+                    // `total = total + loss` accumulates like `total += loss`.
+                    if let Expr::BinOp(bin) = &*a.value
+                        && bin.op == Operator::Add
+                        && dotted(target).is_some()
+                        && dotted(target) == dotted(&bin.left)
+                    {
+                        self.facts.accumulates.push(PyAccumulate {
+                            target,
+                            value: &bin.right,
+                            range: a.range,
+                            fn_idx: self.fn_idx(),
+                            loops: self.loops.clone(),
+                            guard: self.guard,
+                            no_grad: self.no_grad > 0,
+                            in_test: self.in_test(),
+                        });
+                        continue;
+                    }
+                    self.bind(target, &a.value, at);
+                }
+            }
+            Stmt::AnnAssign(a) => {
+                if let Some(value) = &a.value {
+                    self.visit_expr(value);
+                    self.bind(&a.target, value, a.range.end().to_usize());
+                }
+            }
+            Stmt::AugAssign(a) => {
+                self.visit_expr(&a.value);
+                if a.op == Operator::Add {
+                    self.facts.accumulates.push(PyAccumulate {
+                        target: &a.target,
+                        value: &a.value,
+                        range: a.range,
+                        fn_idx: self.fn_idx(),
+                        loops: self.loops.clone(),
+                        guard: self.guard,
+                        no_grad: self.no_grad > 0,
+                        in_test: self.in_test(),
+                    });
+                }
+            }
+            _ => visitor::walk_stmt(self, stmt),
+        }
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Call(call) => {
+                let (method, receiver) = match &*call.func {
+                    Expr::Attribute(attr) => (Some(attr.attr.as_str()), Some(&*attr.value)),
+                    _ => (None, None),
+                };
+                let func_name = match &*call.func {
+                    Expr::Name(name) => Some(name.id.as_str()),
+                    _ => None,
+                };
+                self.facts.calls.push(PyCall {
+                    call,
+                    start: call.start().to_usize(),
+                    path: dotted(&call.func),
+                    method,
+                    receiver,
+                    func_name,
+                    fn_idx: self.fn_idx(),
+                    loops: self.loops.clone(),
+                    guard: self.guard,
+                    no_grad: self.no_grad > 0,
+                    in_test: self.in_test(),
+                    in_comprehension: self.comprehension > 0,
+                });
+                visitor::walk_expr(self, expr);
+            }
+            Expr::Lambda(_) => {
+                // A lambda's body runs when it is called, not here; its calls are still recorded.
+                visitor::walk_expr(self, expr);
+            }
+            Expr::ListComp(_) | Expr::SetComp(_) | Expr::DictComp(_) | Expr::Generator(_) => {
+                self.comprehension += 1;
+                visitor::walk_expr(self, expr);
+                self.comprehension -= 1;
+            }
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+}
+
+/// `torch.no_grad`, `torch.inference_mode`, `no_grad`.
+fn is_no_grad(path: &str) -> bool {
+    path.ends_with("no_grad") || path.ends_with("inference_mode")
+}
+
+/// The callee of a call expression, else the expression.
+fn strip_call(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Call(call) => &call.func,
+        other => other,
+    }
+}
+
+/// `step % N == 0`, `(step + 1) % N == 0`, `not step % N`, and those joined with `and`.
+fn is_modulo_guard(test: &Expr) -> bool {
+    match test {
+        Expr::Compare(cmp) => {
+            cmp.ops.len() == 1
+                && cmp.ops[0] == CmpOp::Eq
+                && (is_modulo(&cmp.left) || cmp.comparators.iter().any(is_modulo))
+        }
+        Expr::UnaryOp(unary) => {
+            unary.op == ruff_python_ast::UnaryOp::Not && is_modulo(&unary.operand)
+        }
+        Expr::BoolOp(bool_op) => {
+            bool_op.op == ruff_python_ast::BoolOp::And && bool_op.values.iter().any(is_modulo_guard)
+        }
+        _ => false,
+    }
+}
+
+fn is_modulo(expr: &Expr) -> bool {
+    matches!(expr, Expr::BinOp(bin) if bin.op == Operator::Mod)
+}
+
+/// `a`, `a.b.c` as a string; `None` for anything else (calls, subscripts).
+pub fn dotted(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Name(name) => Some(name.id.to_string()),
+        Expr::Attribute(attr) => {
+            let mut base = dotted(&attr.value)?;
+            base.push('.');
+            base.push_str(attr.attr.as_str());
+            Some(base)
+        }
+        _ => None,
+    }
+}
+
+/// The last name of `a.b.c` (`c`), or of `a` (`a`).
+pub fn last_segment(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Name(name) => Some(name.id.as_str()),
+        Expr::Attribute(attr) => Some(attr.attr.as_str()),
+        _ => None,
+    }
+}

@@ -1,0 +1,1071 @@
+//! The Python front end: parses `.py` files with Ruff's parser (`ruff_python_parser`), lowers each
+//! module into facts (functions, loops, calls, bindings) and analyses a package's step loops, so
+//! that every rule can check Python code under the same code and documentation as Rust code.
+//!
+//! A Python package is the set of `.py` files under the nearest directory above them that holds a
+//! `pyproject.toml`, `setup.py` or `setup.cfg`; without one, the files of one directory.
+//!
+//! What the analysis knows, per call: its dotted callee (`torch.cuda.synchronize`, `loss.item`),
+//! its function, the loops around it, whether it runs under an `if step % N == 0` guard, under
+//! `torch.no_grad()`, or in test code. Per package: which loops are step loops (their body, or a
+//! function of the package they call, calls `backward()`, an optimizer's `step()`/`zero_grad()`,
+//! `scaler.step(..)`, ...), which of them enclose another (epoch loops), which functions are step
+//! bodies (Lightning's `training_step`, `on_train_batch_*`) or are called from one.
+
+pub(crate) mod facts;
+pub mod names;
+pub(crate) mod suppress;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
+use std::path::{Path, PathBuf};
+
+use ruff_python_ast::{Expr, ModModule};
+use ruff_python_parser::{ParseOptions, Parsed};
+use ruff_text_size::{Ranged, TextRange};
+
+use crate::config::Config;
+use crate::diagnostic::{FileError, Region};
+
+pub use facts::{PyAssign, PyCall, PyFacts, PyFn, PyLoop};
+
+/// One parsed Python file.
+pub struct PyFile {
+    /// The path as walked.
+    pub path: PathBuf,
+    /// The source text.
+    pub source: String,
+    /// The syntax tree and tokens.
+    pub parsed: Parsed<ModModule>,
+    /// Byte offset of the start of each line (computed when first needed).
+    line_starts: OnceLock<Vec<usize>>,
+    /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
+    pub test_file: bool,
+}
+
+/// The parser options: the newest Python the parser knows, so that new syntax is never rejected.
+pub(crate) fn parse_options() -> ParseOptions {
+    ParseOptions::from(ruff_python_ast::PySourceType::Python)
+        .with_target_version(ruff_python_ast::PythonVersion::PY314)
+}
+
+/// Parses Python source; `Err((message, offset))` for the first syntax error.
+pub(crate) fn parse_source(source: &str) -> Result<Parsed<ModModule>, (String, usize)> {
+    let parsed = ruff_python_parser::parse_unchecked(source, parse_options());
+    if let Some(error) = parsed.errors().first() {
+        return Err((error.error.to_string(), error.location.start().to_usize()));
+    }
+    match parsed.try_into_module() {
+        Some(module) => Ok(module),
+        None => Err(("not a module".to_string(), 0)),
+    }
+}
+
+impl PyFile {
+    /// Parses `source` read from `path`; a syntax error is a [`FileError`] with its line.
+    pub fn parse(path: PathBuf, source: String) -> Result<PyFile, FileError> {
+        let parsed = match parse_source(&source) {
+            Ok(parsed) => parsed,
+            Err((message, offset)) => {
+                let line = line_starts(&source).partition_point(|&s| s <= offset);
+                return Err(FileError {
+                    path,
+                    message: format!("syntax error: {message}"),
+                    line: Some(line.max(1)),
+                });
+            }
+        };
+        let test_file = is_test_path(&path);
+        Ok(PyFile {
+            path,
+            source,
+            parsed,
+            line_starts: OnceLock::new(),
+            test_file,
+        })
+    }
+
+    /// The module's statements.
+    pub fn module(&self) -> &ModModule {
+        self.parsed.syntax()
+    }
+
+    /// 1-based line of a byte offset.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.line_starts().partition_point(|&s| s <= offset).max(1)
+    }
+
+    fn line_starts(&self) -> &[usize] {
+        self.line_starts.get_or_init(|| line_starts(&self.source))
+    }
+
+    /// The region of a byte range (1-based lines, columns in characters, end exclusive).
+    pub fn region(&self, range: TextRange) -> Region {
+        let (line, column) = self.line_col(range.start().to_usize());
+        let (end_line, end_column) = self.line_col(range.end().to_usize());
+        Region {
+            line,
+            column,
+            end_line,
+            end_column,
+        }
+    }
+
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let line = self.line_of(offset);
+        let start = self.line_starts()[line - 1];
+        let column = self
+            .source
+            .get(start..offset)
+            .map_or(1, |s| s.chars().count() + 1);
+        (line, column)
+    }
+
+    /// The source text of a range.
+    pub fn text(&self, range: TextRange) -> &str {
+        self.source
+            .get(range.start().to_usize()..range.end().to_usize())
+            .unwrap_or("")
+    }
+}
+
+fn line_starts(source: &str) -> Vec<usize> {
+    let mut starts = vec![0];
+    starts.extend(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1));
+    starts
+}
+
+/// Whether a path is Python test code by its name or directory.
+fn is_test_path(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("test_") || name.ends_with("_test.py") || name == "conftest.py" {
+        return true;
+    }
+    path.components()
+        .any(|c| matches!(c, std::path::Component::Normal(dir) if dir == "tests" || dir == "test"))
+}
+
+/// A file of the package with its facts.
+pub struct PyUnit<'a> {
+    pub file: &'a PyFile,
+    pub facts: PyFacts<'a>,
+}
+
+/// Where a piece of code runs per step: the step loop (or step body) it is in or called from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyHit {
+    /// File and line of the step loop (or of the `training_step` definition).
+    pub loop_file: usize,
+    pub loop_line: usize,
+    /// The step loop is Lightning's `training_step` (or an `on_train_batch_*` hook).
+    pub step_body: Option<String>,
+    /// Functions called on the way from the step loop, outermost first.
+    pub via: Vec<String>,
+    /// The code runs in a loop that encloses the per-batch step loop (once per epoch).
+    pub outer: bool,
+    /// The code runs under an `if step % N == 0` guard.
+    pub guarded: bool,
+}
+
+impl PyHit {
+    /// Whether the code runs on every step (not lowered to a note).
+    pub fn is_per_step(&self) -> bool {
+        !self.outer && !self.guarded
+    }
+}
+
+/// A package's facts and analysis, what Python rules read.
+pub struct PyContext<'a> {
+    pub units: &'a [PyUnit<'a>],
+    pub config: &'a Config,
+    /// Per file, per loop: is it a step loop.
+    step_loop: Vec<Vec<bool>>,
+    /// Per file, per loop: does it enclose a step loop (directly or through a call).
+    outer_loop: Vec<Vec<bool>>,
+    /// Per file, per function: the step loop it is called from (or it is a step body).
+    fn_hit: Vec<Vec<Option<PyHit>>>,
+    /// Per file, per function: does it contain a step loop (directly or through its calls).
+    has_step_loop: Vec<Vec<bool>>,
+    /// Functions by name: (file, fn index).
+    by_name: FxHashMap<&'a str, Vec<(usize, usize)>>,
+    /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
+    call_targets: Vec<Vec<Vec<(usize, usize)>>>,
+    mixed_precision: OnceLock<bool>,
+    grad_accumulation: OnceLock<bool>,
+}
+
+/// The most functions of one name a call is followed into (more: the name is too common to tell).
+const MAX_TARGETS: usize = 3;
+/// How deep calls are followed from a step loop.
+const MAX_CALL_DEPTH: usize = 6;
+
+impl<'a> PyContext<'a> {
+    /// Analyses a package.
+    pub fn build(units: &'a [PyUnit<'a>], config: &'a Config) -> PyContext<'a> {
+        let mut by_name: FxHashMap<&'a str, Vec<(usize, usize)>> = FxHashMap::default();
+        for (f, unit) in units.iter().enumerate() {
+            for (i, func) in unit.facts.fns.iter().enumerate() {
+                by_name.entry(func.name).or_default().push((f, i));
+            }
+        }
+        let mut cx = PyContext {
+            units,
+            config,
+            step_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.loops.len()])
+                .collect(),
+            outer_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.loops.len()])
+                .collect(),
+            fn_hit: units
+                .iter()
+                .map(|u| vec![None; u.facts.fns.len()])
+                .collect(),
+            has_step_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.fns.len()])
+                .collect(),
+            by_name,
+            call_targets: Vec::new(),
+            mixed_precision: OnceLock::new(),
+            grad_accumulation: OnceLock::new(),
+        };
+        cx.call_targets = units
+            .iter()
+            .enumerate()
+            .map(|(f, unit)| {
+                unit.facts
+                    .calls
+                    .iter()
+                    .map(|call| cx.targets(f, call))
+                    .collect()
+            })
+            .collect();
+        cx.analyse();
+        cx
+    }
+
+    /// Whether any file of the package mentions 16-bit precision (autocast, bfloat16, half, ...).
+    pub fn mixed_precision(&self) -> bool {
+        *self.mixed_precision.get_or_init(|| {
+            self.units
+                .iter()
+                .any(|u| names::mentions_mixed_precision(&u.file.source))
+        })
+    }
+
+    /// Whether any file of the package shows gradient accumulation.
+    pub fn grad_accumulation(&self) -> bool {
+        *self.grad_accumulation.get_or_init(|| {
+            self.units
+                .iter()
+                .any(|u| names::mentions_grad_accumulation(&u.file.source))
+        })
+    }
+
+    /// The functions a call may run: same-package functions of its name (`foo(..)`, `self.foo(..)`,
+    /// `module.foo(..)`), methods of the caller's class first.
+    pub fn targets(&self, file: usize, call: &PyCall<'a>) -> Vec<(usize, usize)> {
+        let (name, is_self) = match (call.func_name, call.method, call.receiver) {
+            (Some(name), _, _) => (name, false),
+            (None, Some(method), Some(Expr::Name(recv))) => {
+                (method, matches!(recv.id.as_str(), "self" | "cls"))
+            }
+            _ => return Vec::new(),
+        };
+        let Some(found) = self.by_name.get(name) else {
+            return Vec::new();
+        };
+        let caller_class = call
+            .fn_idx
+            .and_then(|i| self.units[file].facts.fns[i].class);
+        let mut out: Vec<(usize, usize)> = found
+            .iter()
+            .copied()
+            .filter(|&(f, i)| {
+                let callee = &self.units[f].facts.fns[i];
+                if is_self {
+                    callee.class.is_some()
+                        && (caller_class.is_none() || callee.class == caller_class || f != file)
+                } else if call.func_name.is_some() {
+                    // A plain call: a module-level function, or a class (its `__init__` is not a step).
+                    callee.class.is_none()
+                } else {
+                    callee.class.is_none()
+                }
+            })
+            .collect();
+        if is_self && caller_class.is_some() {
+            let same: Vec<(usize, usize)> = out
+                .iter()
+                .copied()
+                .filter(|&(f, i)| f == file && self.units[f].facts.fns[i].class == caller_class)
+                .collect();
+            if !same.is_empty() {
+                out = same;
+            }
+        }
+        if out.len() > MAX_TARGETS {
+            return Vec::new();
+        }
+        out
+    }
+
+    // The fixpoints index several per-function tables with the same (file, function) pair.
+    #[allow(clippy::needless_range_loop)]
+    fn analyse(&mut self) {
+        let units = self.units;
+        // 1. Which functions reach a step marker (directly or through the package's functions).
+        let mut reaches: Vec<Vec<bool>> = units
+            .iter()
+            .map(|u| vec![false; u.facts.fns.len()])
+            .collect();
+        let mut edges: Vec<Vec<Vec<(usize, usize)>>> = units
+            .iter()
+            .map(|u| vec![Vec::new(); u.facts.fns.len()])
+            .collect();
+        for (f, unit) in units.iter().enumerate() {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
+                let Some(fi) = call.fn_idx else { continue };
+                if self.is_marker(f, call) {
+                    reaches[f][fi] = true;
+                }
+                edges[f][fi].extend_from_slice(&self.call_targets[f][c]);
+            }
+        }
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for f in 0..units.len() {
+                for fi in 0..reaches[f].len() {
+                    if reaches[f][fi] {
+                        continue;
+                    }
+                    if edges[f][fi].iter().any(|&(g, gi)| reaches[g][gi]) {
+                        reaches[f][fi] = true;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        // 2. Step loops: a marker, or a call into a reaching function, in the loop body.
+        for (f, unit) in units.iter().enumerate() {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
+                if call.in_test || call.loops.is_empty() {
+                    continue;
+                }
+                let step = self.is_marker(f, call)
+                    || self.call_targets[f][c]
+                        .iter()
+                        .any(|&(g, gi)| reaches[g][gi]);
+                if step {
+                    for &l in &call.loops {
+                        self.step_loop[f][l] = true;
+                    }
+                }
+            }
+        }
+        // 3. Functions containing a step loop (directly or through calls), then outer loops.
+        for (f, unit) in units.iter().enumerate() {
+            for (l, lp) in unit.facts.loops.iter().enumerate() {
+                if self.step_loop[f][l]
+                    && let Some(fi) = lp.fn_idx
+                {
+                    self.has_step_loop[f][fi] = true;
+                }
+            }
+        }
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for f in 0..units.len() {
+                for fi in 0..self.has_step_loop[f].len() {
+                    if !self.has_step_loop[f][fi]
+                        && edges[f][fi]
+                            .iter()
+                            .any(|&(g, gi)| self.has_step_loop[g][gi])
+                    {
+                        self.has_step_loop[f][fi] = true;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        for (f, unit) in units.iter().enumerate() {
+            for (l, lp) in unit.facts.loops.iter().enumerate() {
+                if let Some(parent) = lp.parent
+                    && self.step_loop[f][l]
+                {
+                    // Every step loop around a step loop is an epoch loop.
+                    let mut p = Some(parent);
+                    while let Some(q) = p {
+                        if self.step_loop[f][q] {
+                            self.outer_loop[f][q] = true;
+                        }
+                        p = unit.facts.loops[q].parent;
+                    }
+                }
+            }
+            for (c, call) in unit.facts.calls.iter().enumerate() {
+                if call.loops.is_empty() {
+                    continue;
+                }
+                if self.call_targets[f][c]
+                    .iter()
+                    .any(|&(g, gi)| self.has_step_loop[g][gi])
+                {
+                    for &l in &call.loops {
+                        if self.step_loop[f][l] {
+                            self.outer_loop[f][l] = true;
+                        }
+                    }
+                }
+            }
+        }
+        // 4. Step bodies and functions called from step loops.
+        let mut queue: Vec<(usize, usize)> = Vec::new();
+        for (f, unit) in units.iter().enumerate() {
+            for (fi, func) in unit.facts.fns.iter().enumerate() {
+                if func.step_body && !func.in_test {
+                    self.fn_hit[f][fi] = Some(PyHit {
+                        loop_file: f,
+                        loop_line: unit.file.line_of(func.range.start().to_usize()),
+                        step_body: Some(func.name.to_string()),
+                        via: Vec::new(),
+                        outer: false,
+                        guarded: false,
+                    });
+                    queue.push((f, fi));
+                }
+            }
+        }
+        // Calls made directly in step loops.
+        let mut seeds = Vec::new();
+        for (f, unit) in units.iter().enumerate() {
+            for (c, call) in unit.facts.calls.iter().enumerate() {
+                if self.call_targets[f][c].is_empty() {
+                    continue;
+                }
+                if let Some(hit) = self.loop_hit(f, call) {
+                    for &target in &self.call_targets[f][c] {
+                        seeds.push((target, hit.clone(), call.display_name()));
+                    }
+                }
+            }
+        }
+        for ((g, gi), mut hit, name) in seeds {
+            hit.via.push(name);
+            if self.has_step_loop[g][gi] {
+                hit.outer = true;
+            }
+            if self.fn_hit[g][gi]
+                .as_ref()
+                .is_none_or(|old| !old.is_per_step() && hit.is_per_step())
+            {
+                self.fn_hit[g][gi] = Some(hit);
+                queue.push((g, gi));
+            }
+        }
+        // Follow calls out of functions that run per step.
+        let mut rounds = 0;
+        while !queue.is_empty() && rounds < MAX_CALL_DEPTH {
+            rounds += 1;
+            let mut next = Vec::new();
+            for (f, fi) in std::mem::take(&mut queue) {
+                let Some(hit) = self.fn_hit[f][fi].clone() else {
+                    continue;
+                };
+                for (c, call) in units[f].facts.calls.iter().enumerate() {
+                    if call.fn_idx != Some(fi) || call.in_test || self.call_targets[f][c].is_empty()
+                    {
+                        continue;
+                    }
+                    // Calls in the function's own step loops are seeded from there.
+                    if call.loops.iter().any(|&l| self.step_loop[f][l]) {
+                        continue;
+                    }
+                    for &(g, gi) in &self.call_targets[f][c] {
+                        if (g, gi) == (f, fi) {
+                            continue;
+                        }
+                        let mut inner = hit.clone();
+                        inner.via.push(call.display_name());
+                        inner.guarded |= call.guard.is_some();
+                        inner.outer |= self.has_step_loop[g][gi];
+                        if self.fn_hit[g][gi].is_none() {
+                            self.fn_hit[g][gi] = Some(inner);
+                            next.push((g, gi));
+                        }
+                    }
+                }
+            }
+            queue = next;
+        }
+    }
+
+    /// The step loop a call sits in directly (not through its function's callers).
+    fn loop_hit(&self, file: usize, call: &PyCall<'a>) -> Option<PyHit> {
+        if call.in_test {
+            return None;
+        }
+        let loops = &call.loops;
+        let pos = (0..loops.len())
+            .rev()
+            .find(|&p| self.step_loop[file][loops[p]])?;
+        let l = loops[pos];
+        let unit = &self.units[file];
+        Some(PyHit {
+            loop_file: file,
+            loop_line: unit
+                .file
+                .line_of(unit.facts.loops[l].range.start().to_usize()),
+            step_body: None,
+            via: Vec::new(),
+            outer: self.outer_loop[file][l],
+            guarded: call.guard.is_some_and(|depth| depth > pos),
+        })
+    }
+
+    /// Whether the code at `call` runs per step (or less often, then the hit is lowered): inside
+    /// a step loop, a step body or a function called from one. `None` outside any, and in tests.
+    pub fn step_hit(&self, file: usize, call: &PyCall<'a>) -> Option<PyHit> {
+        if call.in_test {
+            return None;
+        }
+        if let Some(hit) = self.loop_hit(file, call) {
+            return Some(hit);
+        }
+        let fi = call.fn_idx?;
+        let mut hit = self.fn_hit[file][fi].clone()?;
+        hit.guarded |= call.guard.is_some();
+        // Inside a non-step loop of a function called per step: still per step (or more).
+        Some(hit)
+    }
+
+    /// The step hit of code at `offset` in function `fn_idx` inside `loops` (for statements that
+    /// are not calls, such as `total += loss`).
+    pub fn step_hit_at(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        loops: &[usize],
+        guard: Option<usize>,
+        in_test: bool,
+    ) -> Option<PyHit> {
+        if in_test {
+            return None;
+        }
+        if let Some(pos) = (0..loops.len())
+            .rev()
+            .find(|&p| self.step_loop[file][loops[p]])
+        {
+            let l = loops[pos];
+            let unit = &self.units[file];
+            return Some(PyHit {
+                loop_file: file,
+                loop_line: unit
+                    .file
+                    .line_of(unit.facts.loops[l].range.start().to_usize()),
+                step_body: None,
+                via: Vec::new(),
+                outer: self.outer_loop[file][l],
+                guarded: guard.is_some_and(|depth| depth > pos),
+            });
+        }
+        let mut hit = self.fn_hit[file][fn_idx?].clone()?;
+        hit.guarded |= guard.is_some();
+        Some(hit)
+    }
+
+    /// Every call of the package, with its file index.
+    pub fn calls(&self) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        let units = self.units;
+        units
+            .iter()
+            .enumerate()
+            .flat_map(|(f, unit)| unit.facts.calls.iter().map(move |call| (f, call)))
+    }
+
+    /// The file at index `file`.
+    pub fn file(&self, file: usize) -> &'a PyFile {
+        self.units[file].file
+    }
+
+    /// A finding at `range` of `file`.
+    pub fn finding(
+        &self,
+        file: usize,
+        range: TextRange,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) -> crate::rules::Finding {
+        crate::rules::Finding::new(
+            crate::analysis::FileId(file),
+            self.units[file].file.region(range),
+            message,
+            help,
+        )
+    }
+
+    /// The range of a call's callee name: `item` of `loss.item()`, `torch.cuda.synchronize` of
+    /// `torch.cuda.synchronize()`.
+    pub fn callee_range(call: &PyCall<'_>) -> TextRange {
+        match &*call.call.func {
+            Expr::Attribute(attr)
+                if call.path.is_none() || call.method.is_some_and(|_| !is_module_path(call)) =>
+            {
+                attr.attr.range()
+            }
+            func => func.range(),
+        }
+    }
+
+    /// Whether a loop is a step loop.
+    pub fn is_step_loop(&self, file: usize, l: usize) -> bool {
+        self.step_loop[file][l]
+    }
+
+    /// The notes a finding in a step loop carries (mirrors the Rust notes).
+    pub fn notes(&self, hit: &PyHit) -> Vec<String> {
+        let mut notes = Vec::new();
+        let at = format!(
+            "{}:{}",
+            self.units[hit.loop_file].file.path.display(),
+            hit.loop_line
+        );
+        let place = match &hit.step_body {
+            Some(name) => format!("the step body `{name}` at {at}"),
+            None => format!("the step loop at {at}"),
+        };
+        if hit.via.is_empty() {
+            notes.push(format!("inside {place}"));
+        } else {
+            let chain = hit
+                .via
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            notes.push(format!("called from {place} through {chain}"));
+        }
+        if hit.outer {
+            notes.push(
+                "that loop encloses the per-batch step loop, so this runs once per epoch and is \
+                 reported as a note"
+                    .to_string(),
+            );
+        }
+        if hit.guarded {
+            notes.push(
+                "this runs only under an `if step % N == 0` guard, so it is reported as a note"
+                    .to_string(),
+            );
+        }
+        notes
+    }
+
+    /// Whether a call is a step marker: `backward()`, an optimizer's `step()`/`zero_grad()`,
+    /// `scaler.step(..)`, `accelerator.backward(..)`, or a configured marker name.
+    pub fn is_marker(&self, file: usize, call: &PyCall<'a>) -> bool {
+        if let Some(name) = call.func_name {
+            return self.config.step_markers.iter().any(|m| m == name);
+        }
+        let Some(method) = call.method else {
+            return false;
+        };
+        if self.config.step_markers.iter().any(|m| m == method) {
+            return true;
+        }
+        match method {
+            "backward" | "manual_backward" => true,
+            "step" | "zero_grad" => call.receiver.is_some_and(|recv| {
+                self.is_optimizer(file, call, recv)
+                    || (method == "step" && self.is_scaler(file, call, recv))
+            }),
+            _ => false,
+        }
+    }
+
+    /// Whether `recv` is an optimizer: bound from a `torch.optim` constructor (or a known optimizer
+    /// class), or named like one (`opt`, `optimizer`, `self.optim`).
+    pub fn is_optimizer(&self, file: usize, call: &PyCall<'a>, recv: &Expr) -> bool {
+        let name = facts::last_segment(recv);
+        if name.is_some_and(names::is_optimizer_name) {
+            return true;
+        }
+        self.bound_call(file, call.fn_idx, recv, call.start)
+            .is_some_and(|path| names::is_optimizer_constructor(&path))
+    }
+
+    fn is_scaler(&self, file: usize, call: &PyCall<'a>, recv: &Expr) -> bool {
+        if facts::last_segment(recv).is_some_and(|n| n.to_ascii_lowercase().contains("scaler")) {
+            return true;
+        }
+        self.bound_call(file, call.fn_idx, recv, call.start)
+            .is_some_and(|path| path.ends_with("GradScaler"))
+    }
+
+    /// The value last assigned to `target` (a name or `self.attr`) before `offset`, in the same
+    /// function or, failing that, anywhere in the file (module level, `__init__`).
+    pub fn binding(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        target: &Expr,
+        offset: usize,
+    ) -> Option<&'a PyAssign<'a>> {
+        let key = facts::dotted(target)?;
+        let facts = &self.units[file].facts;
+        let list = facts.assigns_by_name.get(key.as_str())?;
+        let same_fn = list
+            .iter()
+            .rev()
+            .map(|&i| &facts.assigns[i])
+            .find(|a| a.fn_idx == fn_idx && a.at < offset);
+        if same_fn.is_some() {
+            return same_fn;
+        }
+        // `self.x` set in another method, or a module-level name.
+        let is_attr = key.starts_with("self.");
+        list.iter()
+            .rev()
+            .map(|&i| &facts.assigns[i])
+            .find(|a| a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx))
+    }
+
+    /// The dotted callee of the call a name was bound from (`x = torch.optim.SGD(..)` ->
+    /// `torch.optim.SGD`).
+    pub fn bound_call(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        target: &Expr,
+        offset: usize,
+    ) -> Option<String> {
+        let assign = self.binding(file, fn_idx, target, offset)?;
+        match assign.value {
+            Expr::Call(call) => facts::dotted(&call.func),
+            _ => None,
+        }
+    }
+
+    /// What an expression is, as far as the package tells: a tensor, a tensor that carries an
+    /// autograd graph, a device, ...
+    pub fn value_kind(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+    ) -> ValueKind {
+        self.value_kind_depth(file, fn_idx, expr, offset, 0)
+    }
+
+    fn value_kind_depth(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+        depth: usize,
+    ) -> ValueKind {
+        if depth > 8 {
+            return ValueKind::Unknown;
+        }
+        match expr {
+            Expr::Call(call) => {
+                let path = facts::dotted(&call.func).unwrap_or_default();
+                if let Expr::Attribute(attr) = &*call.func {
+                    let method = attr.attr.as_str();
+                    if names::DETACHING_METHODS.contains(&method) {
+                        return match self.value_kind_depth(
+                            file,
+                            fn_idx,
+                            &attr.value,
+                            offset,
+                            depth + 1,
+                        ) {
+                            ValueKind::Graph | ValueKind::Tensor => ValueKind::Tensor,
+                            other => other,
+                        };
+                    }
+                    if names::HOST_VALUE_METHODS.contains(&method) {
+                        return ValueKind::Host;
+                    }
+                    if names::is_torch_function(&path) {
+                        return names::torch_function_kind(&path);
+                    }
+                    let recv = self.value_kind_depth(file, fn_idx, &attr.value, offset, depth + 1);
+                    if matches!(recv, ValueKind::Tensor | ValueKind::Graph) {
+                        return recv;
+                    }
+                    if names::is_loss_callee(method) || names::is_model_callee(&path) {
+                        return ValueKind::Graph;
+                    }
+                    return ValueKind::Unknown;
+                }
+                if names::is_torch_function(&path) {
+                    return names::torch_function_kind(&path);
+                }
+                if names::is_loss_callee(&path) || names::is_model_callee(&path) {
+                    return ValueKind::Graph;
+                }
+                // A name bound to a module or loss (`criterion = nn.CrossEntropyLoss()`).
+                if let Expr::Name(_) = &*call.func
+                    && let Some(bound) = self.bound_call(file, fn_idx, &call.func, offset)
+                    && (bound.starts_with("nn.")
+                        || bound.starts_with("torch.nn.")
+                        || bound.ends_with("Loss"))
+                {
+                    return ValueKind::Graph;
+                }
+                ValueKind::Unknown
+            }
+            Expr::Attribute(attr) => match attr.attr.as_str() {
+                "loss" | "logits" => ValueKind::Graph,
+                "grad" | "data" => ValueKind::Tensor,
+                "shape" => ValueKind::Host,
+                _ => {
+                    if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
+                        return self.value_kind_depth(
+                            file,
+                            assign.fn_idx,
+                            assign.value,
+                            assign.at,
+                            depth + 1,
+                        );
+                    }
+                    ValueKind::Unknown
+                }
+            },
+            Expr::Name(name) => {
+                if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
+                    if std::ptr::eq(assign.value, expr) {
+                        // A loop counter bound to itself.
+                        return ValueKind::Host;
+                    }
+                    if assign.loop_target {
+                        return self.iterated_kind(file, assign);
+                    }
+                    let kind = self.value_kind_depth(
+                        file,
+                        assign.fn_idx,
+                        assign.value,
+                        assign.at,
+                        depth + 1,
+                    );
+                    if kind != ValueKind::Unknown {
+                        return kind;
+                    }
+                }
+                if names::is_loss_name(name.id.as_str()) {
+                    return ValueKind::Graph;
+                }
+                ValueKind::Unknown
+            }
+            Expr::BinOp(bin) => {
+                let left = self.value_kind_depth(file, fn_idx, &bin.left, offset, depth + 1);
+                let right = self.value_kind_depth(file, fn_idx, &bin.right, offset, depth + 1);
+                match (left, right) {
+                    (ValueKind::Graph, _) | (_, ValueKind::Graph) => ValueKind::Graph,
+                    (ValueKind::Tensor, _) | (_, ValueKind::Tensor) => ValueKind::Tensor,
+                    _ => ValueKind::Unknown,
+                }
+            }
+            Expr::Subscript(sub) => {
+                match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1) {
+                    kind @ (ValueKind::Tensor | ValueKind::Graph) => kind,
+                    _ => ValueKind::Unknown,
+                }
+            }
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::BooleanLiteral(_) => {
+                ValueKind::Host
+            }
+            _ => ValueKind::Unknown,
+        }
+    }
+
+    /// What the elements of a `for` loop's iterable are: batches of a loader are tensors, numbers
+    /// of a `range` are not.
+    fn iterated_kind(&self, file: usize, assign: &PyAssign<'a>) -> ValueKind {
+        if self
+            .loader_of(file, assign.fn_idx, assign.value, assign.at)
+            .is_some()
+        {
+            return ValueKind::Tensor;
+        }
+        let name = match assign.value {
+            Expr::Call(call) => facts::dotted(&call.func).unwrap_or_default(),
+            other => facts::dotted(other).unwrap_or_default(),
+        };
+        let lower = name.to_ascii_lowercase();
+        if lower.contains("loader") || lower.contains("batches") {
+            ValueKind::Tensor
+        } else {
+            ValueKind::Unknown
+        }
+    }
+
+    /// The `DataLoader(..)` call an iterable comes from: `loader`, `enumerate(loader)`,
+    /// `tqdm(loader)`, `self.train_loader`, bound in the package.
+    pub fn loader_of(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        iter: &Expr,
+        offset: usize,
+    ) -> Option<&'a ruff_python_ast::ExprCall> {
+        let mut expr = iter;
+        for _ in 0..4 {
+            match expr {
+                Expr::Call(call) => {
+                    let path = facts::dotted(&call.func).unwrap_or_default();
+                    if path.ends_with("DataLoader") {
+                        // Only calls inside this package's files live long enough to be returned.
+                        return None;
+                    }
+                    expr = call.arguments.args.first()?;
+                }
+                Expr::Name(_) | Expr::Attribute(_) => {
+                    let assign = self.binding(file, fn_idx, expr, offset)?;
+                    if let Expr::Call(call) = assign.value
+                        && facts::dotted(&call.func).is_some_and(|p| p.ends_with("DataLoader"))
+                    {
+                        return Some(call);
+                    }
+                    return None;
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether an expression names a device other than the CPU: `device`, `"cuda"`, `"cuda:0"`,
+    /// `torch.device("cuda")`, `args.device`, `self.device`, `rank`, ... (not a dtype, not a tensor).
+    pub fn device_of(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+    ) -> Device {
+        match expr {
+            Expr::StringLiteral(s) => {
+                let text = s.value.to_str();
+                if text == "cpu" || text.starts_with("cpu:") {
+                    Device::Cpu
+                } else if text.starts_with("cuda") || text == "mps" || text.starts_with("xpu") {
+                    Device::Accelerator
+                } else {
+                    Device::Unknown
+                }
+            }
+            Expr::Call(call) => {
+                let path = facts::dotted(&call.func).unwrap_or_default();
+                if path == "torch.device" {
+                    return match call.arguments.args.first() {
+                        Some(first) => self.device_of(file, fn_idx, first, offset),
+                        None => Device::Unknown,
+                    };
+                }
+                Device::Unknown
+            }
+            Expr::Name(_) | Expr::Attribute(_) => {
+                let last = facts::last_segment(expr).unwrap_or("");
+                if let Some(assign) = self.binding(file, fn_idx, expr, offset)
+                    && !assign.loop_target
+                {
+                    let bound = self.device_of(file, assign.fn_idx, assign.value, assign.at);
+                    if bound != Device::Unknown {
+                        return bound;
+                    }
+                }
+                if names::is_device_name(last) {
+                    Device::Accelerator
+                } else {
+                    Device::Unknown
+                }
+            }
+            Expr::NumberLiteral(_) => Device::Accelerator,
+            _ => Device::Unknown,
+        }
+    }
+}
+
+/// Whether a call's callee is a module function (`torch.cuda.synchronize`), not a method on a value.
+fn is_module_path(call: &PyCall<'_>) -> bool {
+    call.path.as_deref().is_some_and(|p| {
+        ["torch.", "nn.", "F.", "os.", "np.", "optim.", "pl.", "L."]
+            .iter()
+            .any(|prefix| p.starts_with(prefix))
+    })
+}
+
+/// What a value is, as far as the analysis tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// A tensor (no autograd graph known).
+    Tensor,
+    /// A tensor computed by a model or a loss: it carries its autograd graph.
+    Graph,
+    /// A Python number, string or other host value.
+    Host,
+    Unknown,
+}
+
+/// Where a device expression points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Accelerator,
+    Unknown,
+}
+
+/// The package root of a Python file: the nearest directory above it with a `pyproject.toml`,
+/// `setup.py` or `setup.cfg`, else the file's own directory.
+pub(crate) fn package_root(file: &Path, cache: &mut HashMap<PathBuf, Option<PathBuf>>) -> PathBuf {
+    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let dir = absolute.parent().map(Path::to_path_buf).unwrap_or_default();
+    match project_dir(&dir, cache) {
+        Some(root) => root,
+        None => dir,
+    }
+}
+
+fn project_dir(dir: &Path, cache: &mut HashMap<PathBuf, Option<PathBuf>>) -> Option<PathBuf> {
+    if let Some(found) = cache.get(dir) {
+        return found.clone();
+    }
+    let found = if ["pyproject.toml", "setup.py", "setup.cfg"]
+        .iter()
+        .any(|name| dir.join(name).is_file())
+    {
+        Some(dir.to_path_buf())
+    } else {
+        match dir.parent() {
+            Some(parent) if parent != dir => project_dir(parent, cache),
+            _ => None,
+        }
+    };
+    cache.insert(dir.to_path_buf(), found.clone());
+    found
+}
+
+/// The byte range of a node, as `usize`s.
+pub fn byte_range<T: Ranged>(node: &T) -> std::ops::Range<usize> {
+    node.start().to_usize()..node.end().to_usize()
+}
+
+/// What the rule files' Python checks use.
+pub(crate) mod prelude {
+    pub(crate) use super::facts::{self, keyword as python_keyword};
+    pub(crate) use super::names as python_names;
+    pub(crate) use super::{Device, PyCall, PyContext, ValueKind};
+    pub(crate) use ruff_python_ast::{Expr as PyExpr, ExprCall as PyExprCall};
+    pub(crate) use ruff_text_size::{Ranged, TextRange};
+}

@@ -1,0 +1,214 @@
+//! The Python name table: what PyTorch, Lightning and friends call the things the rules look for
+//! (the Rust table lives in `analysis::patterns` and the rules themselves).
+
+use super::ValueKind;
+
+/// Tensor constructors that take `device=`.
+pub const CONSTRUCTORS: &[&str] = &[
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+];
+
+/// Constructors PK202 reports when they allocate on the device in a step loop.
+pub const ALLOCATORS: &[&str] = &["zeros", "ones", "empty", "full"];
+
+/// Methods that read a tensor back to the host (PK101).
+pub const READBACK_METHODS: &[&str] = &["item", "cpu", "numpy", "tolist"];
+
+/// Methods that return a tensor without its graph.
+pub const DETACHING_METHODS: &[&str] = &["detach", "detach_"];
+
+/// Methods whose result is a host value, not a tensor.
+pub const HOST_VALUE_METHODS: &[&str] = &[
+    "item",
+    "tolist",
+    "numpy",
+    "size",
+    "dim",
+    "numel",
+    "ndimension",
+    "element_size",
+    "get_device",
+    "is_cuda",
+    "data_ptr",
+];
+
+/// Whether a dotted callee is a `torch` function (`torch.zeros`, `torch.nn.functional.mse_loss`,
+/// `F.relu`).
+pub fn is_torch_function(path: &str) -> bool {
+    path.starts_with("torch.") || path.starts_with("F.")
+}
+
+/// What a `torch` function returns.
+pub fn torch_function_kind(path: &str) -> ValueKind {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    if path.starts_with("torch.cuda.")
+        || path.starts_with("torch.backends.")
+        || path.starts_with("torch.distributed.")
+        || matches!(
+            last,
+            "device"
+                | "no_grad"
+                | "inference_mode"
+                | "autocast"
+                | "is_tensor"
+                | "numel"
+                | "manual_seed"
+                | "set_grad_enabled"
+                | "load"
+                | "save"
+                | "compile"
+                | "get_default_dtype"
+        )
+        || path.starts_with("torch.optim.")
+        || path.starts_with("torch.utils.")
+        || (path.starts_with("torch.nn.") && !path.starts_with("torch.nn.functional."))
+    {
+        return ValueKind::Unknown;
+    }
+    if is_loss_callee(last) || path.starts_with("F.") || path.starts_with("torch.nn.functional.") {
+        return if is_loss_callee(last) {
+            ValueKind::Graph
+        } else {
+            ValueKind::Tensor
+        };
+    }
+    ValueKind::Tensor
+}
+
+/// A loss function or criterion by name (`loss_fn`, `criterion`, `cross_entropy`, `mse_loss`).
+pub fn is_loss_callee(path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or(path).to_ascii_lowercase();
+    last == "criterion"
+        || last.contains("loss")
+        || matches!(
+            last.as_str(),
+            "cross_entropy" | "nll_loss" | "binary_cross_entropy"
+        )
+}
+
+/// A model call by name (`model(x)`, `self.model(x)`, `net(x)`, `self(x)`).
+pub fn is_model_callee(path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    matches!(
+        last,
+        "model"
+            | "net"
+            | "network"
+            | "module"
+            | "self"
+            | "encoder"
+            | "decoder"
+            | "generator"
+            | "discriminator"
+            | "policy"
+            | "unet"
+    ) || last.ends_with("_model")
+}
+
+/// Names that hold a loss (when nothing else tells what they are bound to).
+pub fn is_loss_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "loss" || lower.ends_with("_loss") || lower.starts_with("loss_")
+}
+
+/// Names that hold a device (`device`, `dev`, `self.device`, `args.device`, `local_rank`).
+pub fn is_device_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "dev"
+        || lower.contains("device")
+        || matches!(
+            lower.as_str(),
+            "rank" | "local_rank" | "gpu" | "gpu_id" | "cuda"
+        )
+}
+
+/// An optimizer by name: `opt`, `optim`, `optimizer`, `g_optimizer`, `opt_d`.
+pub fn is_optimizer_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "opt"
+        || lower.contains("optim")
+        || lower.starts_with("opt_")
+        || lower.ends_with("_opt")
+}
+
+/// An optimizer constructor: `torch.optim.SGD`, `optim.AdamW`, `AdamW`, `bnb.optim.Adam8bit`.
+pub fn is_optimizer_constructor(path: &str) -> bool {
+    if path.contains("optim.") && !path.contains("lr_scheduler") {
+        return true;
+    }
+    let last = path.rsplit('.').next().unwrap_or(path);
+    matches!(
+        last,
+        "SGD"
+            | "Adam"
+            | "AdamW"
+            | "Adagrad"
+            | "Adadelta"
+            | "Adamax"
+            | "RMSprop"
+            | "Rprop"
+            | "LBFGS"
+            | "NAdam"
+            | "RAdam"
+            | "SparseAdam"
+            | "Lion"
+            | "Adafactor"
+            | "LAMB"
+            | "Lamb"
+            | "FusedAdam"
+            | "DeepSpeedCPUAdam"
+    )
+}
+
+/// Whether a module's text mentions 16-bit precision or autocast anywhere (PK501's "in reach").
+pub fn mentions_mixed_precision(source: &str) -> bool {
+    const NEEDLES: &[&[u8]] = &[
+        b"autocast",
+        b"bfloat16",
+        b"float16",
+        b".half()",
+        b"bf16",
+        b"fp16",
+        b"16-mixed",
+        b"GradScaler",
+        b"amp.",
+    ];
+    NEEDLES
+        .iter()
+        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+}
+
+/// Whether a module's text shows gradient accumulation (PK502).
+pub fn mentions_grad_accumulation(source: &str) -> bool {
+    const NEEDLES: &[&[u8]] = &[
+        b"accumulate_grad_batches",
+        b"gradient_accumulation",
+        b"accumulation_steps",
+        b"accum_iter",
+        b"grad_accum",
+        b"accumulate(",
+    ];
+    NEEDLES
+        .iter()
+        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+}

@@ -1,0 +1,161 @@
+//! Python suppression comments: `# perfkit: allow(PK101)` at the end of a line or on the line above,
+//! `# perfkit: allow-file(PK101)` anywhere, and ruff-style `# noqa: PK101` (that line only).
+//!
+//! Only comment tokens are read, so text inside a string never suppresses anything. A `# noqa`
+//! list may name other tools' codes (`# noqa: E501, PK101`): only `PK` codes are perfkit's; a bare
+//! `# noqa` names no perfkit code and suppresses nothing of perfkit's.
+
+use ruff_python_ast::token::TokenKind;
+use ruff_text_size::Ranged;
+
+use super::PyFile;
+use crate::suppress::Suppression;
+
+/// The suppression comments of a Python file.
+pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
+    let mut out = Vec::new();
+    let source = &file.source;
+    let bytes = source.as_bytes();
+    if memchr::memmem::find(bytes, b"perfkit:").is_none()
+        && memchr::memmem::find(bytes, b"noqa").is_none()
+    {
+        return out;
+    }
+    for token in file.parsed.tokens() {
+        if token.kind() != TokenKind::Comment {
+            continue;
+        }
+        let range = token.range();
+        let start = range.start().to_usize();
+        let text = &source[start..range.end().to_usize()];
+        let body = text.trim_start_matches('#').trim_start();
+        let line = file.line_of(start);
+        let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+        let own_line = source[line_start..start].trim().is_empty();
+        let column = source[line_start..start].chars().count() + 1;
+        let end_column = column + text.chars().count();
+        if let Some(rest) = body.strip_prefix("perfkit:") {
+            let rest = rest.trim_start();
+            let (file_wide, rest) = if let Some(r) = rest.strip_prefix("allow-file") {
+                (true, r)
+            } else if let Some(r) = rest.strip_prefix("allow") {
+                (false, r)
+            } else {
+                continue;
+            };
+            let Some(rest) = rest.trim_start().strip_prefix('(') else {
+                continue;
+            };
+            let Some(close) = rest.find(')') else {
+                continue;
+            };
+            let codes = split_codes(&rest[..close], false);
+            if codes.is_empty() {
+                continue;
+            }
+            out.push(Suppression {
+                line,
+                column,
+                end_column,
+                file_wide,
+                used: vec![false; codes.len()],
+                codes,
+                own_line,
+            });
+            continue;
+        }
+        // `# noqa: PK101` may follow other text in the comment (`# type: ignore  # noqa: PK101`
+        // is two comments for the tokenizer; `# fine, noqa: PK101` is one).
+        let lower = body.to_ascii_lowercase();
+        let Some(at) = lower.find("noqa") else {
+            continue;
+        };
+        let rest = body[at + 4..].trim_start();
+        let Some(list) = rest.strip_prefix(':') else {
+            continue;
+        };
+        let codes = split_codes(list, true);
+        if codes.is_empty() {
+            continue;
+        }
+        out.push(Suppression {
+            line,
+            column,
+            end_column,
+            file_wide: false,
+            used: vec![false; codes.len()],
+            codes,
+            own_line: false,
+        });
+    }
+    out
+}
+
+/// Codes of a list: `PK101, PK202`. For `noqa`, codes of other tools are dropped and the list
+/// ends at the first word that is not a code.
+fn split_codes(list: &str, noqa: bool) -> Vec<String> {
+    let mut codes = Vec::new();
+    for item in list.split([',', ' ']) {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let is_code = item.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && item.chars().any(|c| c.is_ascii_digit())
+            && item.chars().all(|c| c.is_ascii_alphanumeric());
+        if noqa {
+            if !is_code {
+                break;
+            }
+            if !item.to_ascii_uppercase().starts_with("PK") {
+                continue;
+            }
+        }
+        codes.push(item.to_ascii_uppercase());
+    }
+    codes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(source: &str) -> PyFile {
+        PyFile::parse("t.py".into(), source.to_string()).expect("parses")
+    }
+
+    #[test]
+    fn only_comments_count() {
+        let f = file(concat!(
+            "s = \"# perfkit: allow-file(PK101)\"\n",
+            "t = '''\n# noqa: PK102\n'''\n",
+            "x = loss.item()  # perfkit: allow(PK101)\n",
+            "# perfkit: allow(PK303, pk202)\n",
+            "y = 1  # noqa: E501, PK101 trailing words\n",
+            "z = 2  # noqa\n",
+        ));
+        let found = parse(&f);
+        let summary: Vec<(usize, Vec<String>, bool)> = found
+            .iter()
+            .map(|s| (s.line, s.codes.clone(), s.own_line))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (5, vec!["PK101".to_string()], false),
+                (6, vec!["PK303".to_string(), "PK202".to_string()], true),
+                (7, vec!["PK101".to_string()], false),
+            ]
+        );
+        assert_eq!((found[0].column, found[0].end_column), (18, 41));
+    }
+
+    #[test]
+    fn noqa_covers_its_line_only_and_allow_the_next() {
+        let f = file("# perfkit: allow(PK102)\na()\nb()  # noqa: PK101\nc()\n");
+        let mut found = parse(&f);
+        assert!(found[0].covers("PK102", 2));
+        assert!(found[1].covers("PK101", 3));
+        assert!(!found[1].covers("PK101", 4));
+    }
+}
