@@ -193,7 +193,6 @@ fn the_rust_hook_fails_a_commit_with_a_finding_and_passes_a_clean_one() {
 }
 
 #[test]
-#[ignore = "needs the Python front end of perfkit lint"]
 fn the_python_hook_lints_the_staged_python_files() {
     let hook = hook("perfkit-lint-python");
     let tmp = tempfile::tempdir().unwrap();

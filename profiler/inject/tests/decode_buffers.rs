@@ -286,32 +286,6 @@ fn every_kind_decodes_from_a_cupti_laid_out_buffer() {
 }
 
 #[test]
-fn record_sizes_are_the_bindings_struct_sizes() {
-    use decode::kind;
-    assert_eq!(
-        decode::record_size(kind::MEMCPY),
-        Some(size_of::<sys::CUpti_ActivityMemcpy6>())
-    );
-    assert_eq!(
-        decode::record_size(kind::CONCURRENT_KERNEL),
-        Some(size_of::<sys::CUpti_ActivityKernel10>())
-    );
-    assert_eq!(
-        decode::record_size(kind::SYNCHRONIZATION),
-        Some(size_of::<sys::CUpti_ActivitySynchronization2>())
-    );
-    assert_eq!(
-        decode::record_size(kind::MEMORY2),
-        Some(size_of::<sys::CUpti_ActivityMemory4>())
-    );
-    assert_eq!(
-        decode::record_size(kind::RUNTIME),
-        Some(size_of::<sys::CUpti_ActivityAPI>())
-    );
-    assert_eq!(decode::record_size(0), None);
-}
-
-#[test]
 fn truncated_records_are_errors_not_reads_past_the_end() {
     use sys::CUpti_ActivityMemcpyKind as C;
     use sys::CUpti_ActivityMemoryKind as M;
