@@ -74,18 +74,7 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
         let Some(rest) = comment.strip_prefix("perfkit:") else {
             continue;
         };
-        let rest = rest.trim_start();
-        let (file_wide, rest) = if let Some(r) = rest.strip_prefix("allow-file") {
-            (true, r)
-        } else if let Some(r) = rest.strip_prefix("allow") {
-            (false, r)
-        } else {
-            continue;
-        };
-        let Some(rest) = rest.trim_start().strip_prefix('(') else {
-            continue;
-        };
-        let Some(close) = rest.find(')') else {
+        let Some((file_wide, rest, close)) = allow_list(rest) else {
             continue;
         };
         let codes: Vec<String> = rest[..close]
@@ -110,6 +99,21 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
         });
     }
     out
+}
+
+/// Reads what follows `perfkit:` in a comment: `allow(..)` or `allow-file(..)`. Returns whether
+/// it is file-wide, the text after the opening parenthesis and the offset of the closing one in
+/// that text; None when the comment is not an allow list.
+pub(crate) fn allow_list(after_prefix: &str) -> Option<(bool, &str, usize)> {
+    let rest = after_prefix.trim_start();
+    let (file_wide, rest) = if let Some(r) = rest.strip_prefix("allow-file") {
+        (true, r)
+    } else {
+        (false, rest.strip_prefix("allow")?)
+    };
+    let rest = rest.trim_start().strip_prefix('(')?;
+    let close = rest.find(')')?;
+    Some((file_wide, rest, close))
 }
 
 /// The byte ranges of the file's string, byte string and character literals, in order; `None`

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{ProcessAnalysis, STEP_COUNTERS, StepCounter};
 use crate::rules::ConfigError;
+use crate::rules::config::{ConfigTable, discover_table, table_from_file, table_from_toml};
 
 /// The `[check]` table of `perfkit.toml` (or `metadata.perfkit.check` of a `Cargo.toml`).
 ///
@@ -73,61 +74,24 @@ impl CheckConfig {
 
     /// Parses a configuration file's `[check]` table; `path` names the file in errors.
     pub fn from_toml(text: &str, is_cargo: bool, path: &Path) -> Result<Self, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        };
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
-        let check = if is_cargo {
-            ["package", "workspace"]
-                .iter()
-                .find_map(|k| table.get(*k)?.get("metadata")?.get("perfkit")?.get("check"))
-        } else {
-            table.get("check")
-        };
-        let Some(check) = check else {
-            return Ok(Self::default());
-        };
-        let config: Self = check
-            .clone()
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid(format!("in [check]: {}", e.message())))?;
-        config.validate().map_err(invalid)?;
-        Ok(config)
+        table_from_toml(text, is_cargo, path)
     }
 
     /// Reads the `[check]` table of a `perfkit.toml` or `Cargo.toml`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
-        Self::from_toml(&text, is_cargo, path)
+        table_from_file(path)
     }
 
     /// The configuration for `start` (a directory): the nearest `perfkit.toml` upward, else
     /// the nearest `Cargo.toml` with a `metadata.perfkit.check` table; defaults when neither
     /// has one. Also returns the file read.
     pub fn discover(start: &Path) -> Result<(Self, Option<PathBuf>), ConfigError> {
-        let start = std::path::absolute(start).unwrap_or_else(|_| start.to_path_buf());
-        for dir in start.ancestors() {
-            let toml_file = dir.join("perfkit.toml");
-            if toml_file.is_file() {
-                return Ok((Self::from_file(&toml_file)?, Some(toml_file)));
-            }
-            let cargo = dir.join("Cargo.toml");
-            if cargo.is_file() {
-                let config = Self::from_file(&cargo)?;
-                if config != Self::default() {
-                    return Ok((config, Some(cargo)));
-                }
-            }
-        }
-        Ok((Self::default(), None))
+        discover_table(start)
     }
+}
+
+impl ConfigTable for CheckConfig {
+    const TABLE: &'static str = "check";
 
     fn validate(&self) -> Result<(), String> {
         for (key, v) in [

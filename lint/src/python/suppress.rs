@@ -9,7 +9,7 @@ use ruff_python_ast::token::TokenKind;
 use ruff_text_size::Ranged;
 
 use super::PyFile;
-use crate::suppress::Suppression;
+use crate::suppress::{Suppression, allow_list};
 
 /// The suppression comments of a Python file.
 pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
@@ -35,18 +35,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         let column = source[line_start..start].chars().count() + 1;
         let end_column = column + text.chars().count();
         if let Some(rest) = body.strip_prefix("perfkit:") {
-            let rest = rest.trim_start();
-            let (file_wide, rest) = if let Some(r) = rest.strip_prefix("allow-file") {
-                (true, r)
-            } else if let Some(r) = rest.strip_prefix("allow") {
-                (false, r)
-            } else {
-                continue;
-            };
-            let Some(rest) = rest.trim_start().strip_prefix('(') else {
-                continue;
-            };
-            let Some(close) = rest.find(')') else {
+            let Some((file_wide, rest, close)) = allow_list(rest) else {
                 continue;
             };
             let codes = split_codes(&rest[..close], false);

@@ -115,83 +115,126 @@ pub enum ConfigError {
     },
 }
 
+/// A table of perfkit's configuration (`[profile]`, `[check]`): where it is read from and how
+/// its values are checked. Both are found the same way, by [`discover_table`].
+pub(crate) trait ConfigTable: Default + PartialEq + serde::de::DeserializeOwned {
+    /// The table's name: `profile` reads `[profile]` and `metadata.perfkit.profile`.
+    const TABLE: &'static str;
+
+    /// Checks the values the table's types cannot (ranges, known keys).
+    fn validate(&self) -> Result<(), String>;
+}
+
+/// Parses the `T::TABLE` table of a configuration file's text (`[T]` in a `perfkit.toml`,
+/// `[package|workspace.metadata.perfkit.T]` in a `Cargo.toml`); `path` names the file in errors;
+/// defaults when the file has no such table.
+pub(crate) fn table_from_toml<T: ConfigTable>(
+    text: &str,
+    is_cargo: bool,
+    path: &Path,
+) -> Result<T, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
+    let value = if is_cargo {
+        ["package", "workspace"].iter().find_map(|k| {
+            table
+                .get(*k)?
+                .get("metadata")?
+                .get("perfkit")?
+                .get(T::TABLE)
+        })
+    } else {
+        table.get(T::TABLE)
+    };
+    // No table: every default applies.
+    let Some(value) = value else {
+        return Ok(T::default());
+    };
+    let config: T = value
+        .clone()
+        .try_into()
+        .map_err(|e: toml::de::Error| invalid(format!("in [{}]: {}", T::TABLE, e.message())))?;
+    config.validate().map_err(invalid)?;
+    Ok(config)
+}
+
+/// Reads the `T::TABLE` table of a `perfkit.toml` or `Cargo.toml`.
+pub(crate) fn table_from_file<T: ConfigTable>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
+    table_from_toml(&text, is_cargo, path)
+}
+
+/// Finds the `T::TABLE` configuration for `start` (a file or directory): the nearest
+/// `perfkit.toml` upward, else the nearest `Cargo.toml` with a `metadata.perfkit.T` table;
+/// defaults when there is neither. Also returns the file read.
+pub(crate) fn discover_table<T: ConfigTable>(
+    start: &Path,
+) -> Result<(T, Option<PathBuf>), ConfigError> {
+    let start = if start.is_file() {
+        start.parent().unwrap_or(start)
+    } else {
+        start
+    };
+    let start = std::path::absolute(start).unwrap_or_else(|_| start.to_path_buf());
+    for dir in start.ancestors() {
+        let toml_file = dir.join("perfkit.toml");
+        if toml_file.is_file() {
+            return Ok((table_from_file(&toml_file)?, Some(toml_file)));
+        }
+        let cargo = dir.join("Cargo.toml");
+        if cargo.is_file() {
+            let text = std::fs::read_to_string(&cargo).map_err(|source| ConfigError::Io {
+                path: cargo.clone(),
+                source,
+            })?;
+            if text.contains("perfkit") {
+                let config: T = table_from_toml(&text, true, &cargo)?;
+                if config != T::default() {
+                    return Ok((config, Some(cargo)));
+                }
+            }
+        }
+    }
+    Ok((T::default(), None))
+}
+
+impl ConfigTable for ProfileConfig {
+    const TABLE: &'static str = "profile";
+
+    fn validate(&self) -> Result<(), String> {
+        self.check_values()
+    }
+}
+
 impl ProfileConfig {
     /// Reads the `[profile]` table of a `perfkit.toml`, or the `metadata.perfkit.profile` table
     /// of a `Cargo.toml`; defaults when the file has no such table.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
-        Self::from_toml(&text, is_cargo, path)
+        table_from_file(path)
     }
 
     /// Parses a configuration file's text; `path` names the file in errors.
     pub fn from_toml(text: &str, is_cargo: bool, path: &Path) -> Result<Self, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        };
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
-        let profile = if is_cargo {
-            ["package", "workspace"].iter().find_map(|k| {
-                table
-                    .get(*k)?
-                    .get("metadata")?
-                    .get("perfkit")?
-                    .get("profile")
-            })
-        } else {
-            table.get("profile")
-        };
-        // No table: every default applies.
-        let Some(profile) = profile else {
-            return Ok(Self::default());
-        };
-        let config: Self = profile
-            .clone()
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid(format!("in [profile]: {}", e.message())))?;
-        config.validate().map_err(invalid)?;
-        Ok(config)
+        table_from_toml(text, is_cargo, path)
     }
 
     /// Finds the configuration for `start` (a file or directory): the nearest `perfkit.toml`
     /// upward, else the nearest `Cargo.toml` with a `metadata.perfkit.profile` table; defaults
     /// when there is neither.
     pub fn discover(start: &Path) -> Result<Self, ConfigError> {
-        let start = if start.is_file() {
-            start.parent().unwrap_or(start)
-        } else {
-            start
-        };
-        let start = std::path::absolute(start).unwrap_or_else(|_| start.to_path_buf());
-        for dir in start.ancestors() {
-            let toml_file = dir.join("perfkit.toml");
-            if toml_file.is_file() {
-                return Self::from_file(&toml_file);
-            }
-            let cargo = dir.join("Cargo.toml");
-            if cargo.is_file() {
-                let text = std::fs::read_to_string(&cargo).map_err(|source| ConfigError::Io {
-                    path: cargo.clone(),
-                    source,
-                })?;
-                if text.contains("perfkit") {
-                    let config = Self::from_toml(&text, true, &cargo)?;
-                    if config != Self::default() {
-                        return Ok(config);
-                    }
-                }
-            }
-        }
-        Ok(Self::default())
+        discover_table(start).map(|(config, _)| config)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn check_values(&self) -> Result<(), String> {
         let shares = [
             ("min-step-fraction", self.min_step_fraction),
             ("loader-idle-share", self.loader_idle_share),

@@ -22,7 +22,7 @@
 //! Without trace files (an analysis read back from `summary.json`) only PK602, PK603 and PK604,
 //! which need nothing but the analysis, are evaluated.
 
-mod config;
+pub(crate) mod config;
 mod confirm;
 mod pk101;
 mod pk102;
