@@ -737,6 +737,23 @@ impl<'a> PyContext<'a> {
             .find(|a| a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx))
     }
 
+    /// The bindings of `target` in the same scope as `assign` (one of them), in source order,
+    /// `assign` included; loop targets left out.
+    fn alternatives(
+        &self,
+        file: usize,
+        assign: &'a PyAssign<'a>,
+        target: &Expr,
+    ) -> impl Iterator<Item = &'a PyAssign<'a>> + use<'a, '_> {
+        let facts = &self.units[file].facts;
+        let list = facts::dotted(target)
+            .and_then(|key| facts.assigns_by_name.get(key.as_str()))
+            .map_or(&[][..], Vec::as_slice);
+        list.iter()
+            .map(|&i| &facts.assigns[i])
+            .filter(move |a| a.fn_idx == assign.fn_idx && !a.loop_target)
+    }
+
     /// The dotted callee of the call a name was bound from (`x = torch.optim.SGD(..)` ->
     /// `torch.optim.SGD`).
     pub fn bound_call(
@@ -973,16 +990,40 @@ impl<'a> PyContext<'a> {
                         None => Device::Unknown,
                     };
                 }
+                if path.ends_with("current_accelerator") {
+                    return Device::Accelerator;
+                }
                 Device::Unknown
+            }
+            // `"cuda" if cond else "cpu"`: an accelerator when either branch is one.
+            Expr::If(e) => {
+                let a = self.device_of(file, fn_idx, &e.body, offset);
+                let b = self.device_of(file, fn_idx, &e.orelse, offset);
+                match (a, b) {
+                    (Device::Accelerator, _) | (_, Device::Accelerator) => Device::Accelerator,
+                    (Device::Cpu, Device::Cpu) => Device::Cpu,
+                    _ => Device::Unknown,
+                }
             }
             Expr::Name(_) | Expr::Attribute(_) => {
                 let last = facts::last_segment(expr).unwrap_or("");
                 if let Some(assign) = self.binding(file, fn_idx, expr, offset)
                     && !assign.loop_target
                 {
-                    let bound = self.device_of(file, assign.fn_idx, assign.value, assign.at);
-                    if bound != Device::Unknown {
-                        return bound;
+                    // Every binding of the name in that scope is an alternative (`if cuda:
+                    // device = ..accelerator() else: device = torch.device("cpu")`): the value
+                    // is on an accelerator when any alternative is.
+                    // It is on the CPU only when every alternative is.
+                    let mut all_cpu = true;
+                    for alt in self.alternatives(file, assign, expr) {
+                        match self.device_of(file, alt.fn_idx, alt.value, alt.at) {
+                            Device::Accelerator => return Device::Accelerator,
+                            Device::Cpu => {}
+                            _ => all_cpu = false,
+                        }
+                    }
+                    if all_cpu {
+                        return Device::Cpu;
                     }
                 }
                 if names::is_device_name(last) {

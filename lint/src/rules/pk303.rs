@@ -190,6 +190,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let Some(loader) = cx.loader_of(file, assign.fn_idx, assign.value, assign.at) else {
             continue;
         };
+        // `DataLoader(ds, **kwargs)` may pass `pin_memory` in the dict: nothing is known.
+        if loader.arguments.keywords.iter().any(|k| k.arg.is_none()) {
+            continue;
+        }
         let pinned = match python_keyword(loader, "pin_memory") {
             None => false,
             Some(PyExpr::BooleanLiteral(b)) => b.value,
