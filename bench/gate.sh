@@ -121,7 +121,7 @@ echo "| 1 run per side, every pair of $runs runs (earlier run as baseline) | $to
 echo "| 1 run per side, the same pairs the other way round | $total | $rfails |"
 echo "| 3 runs per side, interleaved triples of the same runs | $total3 | $fails3 |"
 echo
-echo "Largest slowdown between two runs of the same binary (either order): +$maxup % of the baseline step; run-to-run standard deviation of the per-run medians: $(printf '%s\n' "${medians[@]}" | awk '{s += $1; q += $1 * $1} END {m = s / NR; printf "%.1f", sqrt((q - NR * m * m) / (NR - 1)) / m * 100}') %."
+echo "Largest slowdown between two runs of the same binary (either order): +${maxup#+} % of the baseline step; run-to-run standard deviation of the per-run medians: $(printf '%s\n' "${medians[@]}" | awk '{s += $1; q += $1 * $1} END {m = s / NR; printf "%.1f", sqrt((q - NR * m * m) / (NR - 1)) / m * 100}') %."
 echo
 echo "| injected delay | mean measured change (1 vs 1) | detected, 1 run per side | detected, 3 runs per side |"
 echo "|---|---|---|---|"
