@@ -1,5 +1,5 @@
 //! What crates.io needs of every crate of the workspace, so that `cargo publish` (and then
-//! `cargo install perfkit`) can work: description, license, repository, readme, keywords and
+//! `cargo install perfkit`) can work: description, license (with its texts), readme, keywords and
 //! categories as crates.io accepts them, and perfkit dependencies that name a version matching
 //! the crate they point to. `.ci/run` then packages and verifies every crate
 //! (`cargo package --workspace`).
@@ -39,11 +39,12 @@ fn every_crate_has_the_metadata_crates_io_needs() {
             Some("MIT OR Apache-2.0"),
             "{name}"
         );
+        // `repository` is left out until the project has a public home (never a made-up one).
         assert!(
             package
                 .repository
                 .as_deref()
-                .is_some_and(|r| r.starts_with("https://")),
+                .is_none_or(|r| r.starts_with("https://")),
             "{name}: repository"
         );
         let readme = package
@@ -93,4 +94,24 @@ fn every_crate_has_the_metadata_crates_io_needs() {
             );
         }
     }
+}
+
+#[test]
+fn the_declared_licenses_ship_their_texts() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (file, first_words) in [
+        ("LICENSE-MIT", "Permission is hereby granted, free of charge"),
+        ("LICENSE-APACHE", "Apache License"),
+    ] {
+        let text = std::fs::read_to_string(format!("{root}/{file}"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let start: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(start.starts_with(first_words), "{file}: {}", &start[..60]);
+    }
+    // The packaged `perfkit` crate carries them.
+    let manifest = std::fs::read_to_string(format!("{root}/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("\"/LICENSE-MIT\", \"/LICENSE-APACHE\""),
+        "the root package's include list names the license files"
+    );
 }
