@@ -29,7 +29,7 @@ fn main() {
 }
 
 /// Writes `$OUT_DIR/demo_fixtures.rs`: `&[(path, include_str!(file)), ...]` for every `.rs` and
-/// `.toml` file under `fixtures/lint/`, sorted by path.
+/// `.toml` file and Python fixture under `fixtures/lint/`, sorted by path.
 fn demo_fixtures() {
     let manifest =
         std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
@@ -63,7 +63,10 @@ fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "rs" || e == "toml" || e == "py")
+        {
             out.push(path);
         }
     }

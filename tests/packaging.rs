@@ -100,7 +100,10 @@ fn every_crate_has_the_metadata_crates_io_needs() {
 fn the_declared_licenses_ship_their_texts() {
     let root = env!("CARGO_MANIFEST_DIR");
     for (file, first_words) in [
-        ("LICENSE-MIT", "Permission is hereby granted, free of charge"),
+        (
+            "LICENSE-MIT",
+            "Permission is hereby granted, free of charge",
+        ),
         ("LICENSE-APACHE", "Apache License"),
     ] {
         let text = std::fs::read_to_string(format!("{root}/{file}"))
