@@ -536,11 +536,19 @@ fn diff_line(steps: &serde_json::Value, gpu: bool, busy: Option<&str>) -> String
             line += &format!(", +{:.0}%)", (new as f64 / base as f64 - 1.0) * 100.0);
         }
         "within noise" => {
-            line += &format!(
-                ": the difference, {}, is below the runs' step-to-step spread, {}",
-                d(new.abs_diff(base)),
-                d(noise)
-            );
+            // The reason is the gate's own: with one run per side, its noise floor.
+            let evidence = steps["evidence"].as_str().unwrap_or("");
+            let change = if base > 0 {
+                format!("{:+.0}%", (new as f64 / base as f64 - 1.0) * 100.0)
+            } else {
+                d(new.abs_diff(base))
+            };
+            line += &format!(": {change}, not beyond the noise");
+            if !evidence.is_empty() {
+                line += &format!("; {evidence}");
+            } else {
+                line += &format!(" (step-to-step spread {})", d(noise));
+            }
             if let Some(busy) = busy {
                 line += &format!(
                     "; {busy}: loader workers overlap loading with the model only where a core is free"
