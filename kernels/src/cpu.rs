@@ -31,37 +31,7 @@ pub fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    let (rsa, csa) = if trans_a {
-        (1, m as isize)
-    } else {
-        (k as isize, 1)
-    };
-    let (rsb, csb) = if trans_b {
-        (1, k as isize)
-    } else {
-        (n as isize, 1)
-    };
-    // SAFETY: the pointers come from slices whose lengths were checked above against
-    // the dimensions and strides passed, so every access is in bounds, and `c` is a
-    // unique borrow that does not alias `a` or `b`.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    gemm_rows(trans_a, trans_b, m, m, n, k, alpha, a, b, beta, c);
 }
 
 /// [`gemm`] on `threads` threads (at most one per row of `c`): the rows of `c` are split into
@@ -106,7 +76,8 @@ pub fn gemm_threads(
     });
 }
 
-/// `rows` rows of a product whose op(a) has `m` rows in all; `a` starts at the first of them.
+/// `rows` rows of a product whose op(a) has `m` rows in all; `a` starts at the first of them
+/// ([`gemm`] is the whole product: `rows == m`).
 #[allow(clippy::too_many_arguments)]
 fn gemm_rows(
     trans_a: bool,
@@ -131,9 +102,12 @@ fn gemm_rows(
     } else {
         (n as isize, 1)
     };
-    // The last element read of `a` is at (rows - 1) * rsa + (k - 1) * csa from its start.
-    let last = (rows - 1) * rsa as usize + (k - 1) * csa as usize;
-    assert!(last < a.len(), "gemm: a row block runs past `a`");
+    // The last element read of `a` is at (rows - 1) * rsa + (k - 1) * csa from its start
+    // (nothing is read of it when k == 0: then c = beta * c).
+    if rows > 0 && k > 0 {
+        let last = (rows - 1) * rsa as usize + (k - 1) * csa as usize;
+        assert!(last < a.len(), "gemm: a row block runs past `a`");
+    }
     assert_eq!(
         c.len(),
         rows * n,

@@ -461,41 +461,42 @@ pub unsafe fn decode(bytes: &[u8]) -> Result<Activity, DecodeError> {
     }
 }
 
+/// The fields a memcpy record and a peer copy record share (same names in both CUPTI structs),
+/// read at `$t`'s offsets.
+macro_rules! memcpy_record {
+    ($t:ty, $f:expr, $runtime_correlation:expr) => {
+        MemcpyRecord {
+            copy_kind: CopyKind::from_raw($f.u8(offset_of!($t, copyKind))),
+            src_kind: MemoryKind::from_raw(u32::from($f.u8(offset_of!($t, srcKind)))),
+            dst_kind: MemoryKind::from_raw(u32::from($f.u8(offset_of!($t, dstKind)))),
+            bytes: $f.u64(offset_of!($t, bytes)),
+            start: $f.u64(offset_of!($t, start)),
+            end: $f.u64(offset_of!($t, end)),
+            device: $f.u32(offset_of!($t, deviceId)),
+            context: $f.u32(offset_of!($t, contextId)),
+            stream: $f.u32(offset_of!($t, streamId)),
+            correlation: $f.u32(offset_of!($t, correlationId)),
+            runtime_correlation: $runtime_correlation,
+        }
+    };
+}
+
 fn decode_memcpy(k: u32, bytes: &[u8]) -> Result<MemcpyRecord, DecodeError> {
     type T = sys::CUpti_ActivityMemcpy6;
     let f = need(k, bytes, end_of!(T, runtimeCorrelationId, 4))?;
-    Ok(MemcpyRecord {
-        copy_kind: CopyKind::from_raw(f.u8(offset_of!(T, copyKind))),
-        src_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, srcKind)))),
-        dst_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, dstKind)))),
-        bytes: f.u64(offset_of!(T, bytes)),
-        start: f.u64(offset_of!(T, start)),
-        end: f.u64(offset_of!(T, end)),
-        device: f.u32(offset_of!(T, deviceId)),
-        context: f.u32(offset_of!(T, contextId)),
-        stream: f.u32(offset_of!(T, streamId)),
-        correlation: f.u32(offset_of!(T, correlationId)),
-        runtime_correlation: f.u32(offset_of!(T, runtimeCorrelationId)),
-    })
+    Ok(memcpy_record!(
+        T,
+        f,
+        f.u32(offset_of!(T, runtimeCorrelationId))
+    ))
 }
 
 fn decode_peer_copy(k: u32, bytes: &[u8]) -> Result<PeerCopyRecord, DecodeError> {
     type T = sys::CUpti_ActivityMemcpyPtoP4;
     let f = need(k, bytes, end_of!(T, correlationId, 4))?;
     Ok(PeerCopyRecord {
-        copy: MemcpyRecord {
-            copy_kind: CopyKind::from_raw(f.u8(offset_of!(T, copyKind))),
-            src_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, srcKind)))),
-            dst_kind: MemoryKind::from_raw(u32::from(f.u8(offset_of!(T, dstKind)))),
-            bytes: f.u64(offset_of!(T, bytes)),
-            start: f.u64(offset_of!(T, start)),
-            end: f.u64(offset_of!(T, end)),
-            device: f.u32(offset_of!(T, deviceId)),
-            context: f.u32(offset_of!(T, contextId)),
-            stream: f.u32(offset_of!(T, streamId)),
-            correlation: f.u32(offset_of!(T, correlationId)),
-            runtime_correlation: 0,
-        },
+        // A peer copy record has no runtime correlation id.
+        copy: memcpy_record!(T, f, 0),
         src_device: f.u32(offset_of!(T, srcDeviceId)),
         src_context: f.u32(offset_of!(T, srcContextId)),
         dst_device: f.u32(offset_of!(T, dstDeviceId)),
