@@ -17,6 +17,16 @@ fn perfkit() -> Command {
     c
 }
 
+/// `perfkit check --baseline BASE --candidate CANDIDATE`, for more arguments to be added.
+fn check(baseline: impl AsRef<std::ffi::OsStr>, candidate: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = perfkit();
+    c.args(["check", "--baseline"])
+        .arg(baseline)
+        .arg("--candidate")
+        .arg(candidate);
+    c
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -142,11 +152,7 @@ fn anti_pattern_run_fails_against_the_tuned_baseline() {
     );
 
     // The other way round is an improvement, which passes.
-    perfkit()
-        .args(["check", "--baseline"])
-        .arg(&new)
-        .arg("--candidate")
-        .arg(&base)
+    check(&new, &base)
         .assert()
         .code(0)
         .stdout(predicate::str::contains("improved"))
@@ -166,11 +172,7 @@ fn tuned_run_passes_against_itself_and_against_a_rerun() {
         },
     );
     for candidate in [&base, &rerun] {
-        perfkit()
-            .args(["check", "--baseline"])
-            .arg(&base)
-            .arg("--candidate")
-            .arg(candidate)
+        check(&base, candidate)
             .assert()
             .code(0)
             .stdout(predicate::str::contains("perfkit check: PASS"));
@@ -206,12 +208,8 @@ fn cpu_runs_say_which_gates_were_not_applied() {
     let base = cpu_run("base", 1_000_000);
     let slower = cpu_run("slower", 2_000_000);
     let summary = dir.path().join("summary.md");
-    perfkit()
+    check(&base, &slower)
         .env("GITHUB_STEP_SUMMARY", &summary)
-        .args(["check", "--baseline"])
-        .arg(&base)
-        .arg("--candidate")
-        .arg(&slower)
         .assert()
         .code(1)
         .stdout(predicate::str::contains("median step time"))
@@ -516,11 +514,7 @@ fn runs_without_steps_cannot_be_compared() {
     s.kernel(0, "gemm_fwd", synth::COMPUTE, 100_000, false);
     let trace = dir.path().join("nosteps.pktrace");
     std::fs::write(&trace, s.finish(false)).expect("write");
-    perfkit()
-        .args(["check", "--baseline"])
-        .arg(&trace)
-        .arg("--candidate")
-        .arg(&trace)
+    check(&trace, &trace)
         .assert()
         .code(2)
         .stderr(predicate::str::contains("need step spans"));
@@ -578,11 +572,7 @@ fn a_new_per_step_readback_or_sync_fails_the_counter_gate_with_its_source_line()
         ))
         .stdout(predicate::str::contains("PK102").not())
         .stdout(predicate::str::contains("perfkit check: FAIL"));
-    perfkit()
-        .args(["check", "--baseline"])
-        .arg(&readback)
-        .arg("--candidate")
-        .arg(&both)
+    check(&readback, &both)
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
@@ -592,11 +582,7 @@ fn a_new_per_step_readback_or_sync_fails_the_counter_gate_with_its_source_line()
             "PK101: device-to-host copies per step 1 -> 1: same",
         ));
     // Removing them passes the counters (and the step got no slower).
-    perfkit()
-        .args(["check", "--baseline"])
-        .arg(&both)
-        .arg("--candidate")
-        .arg(&base)
+    check(&both, &base)
         .assert()
         .code(0)
         .stdout(predicate::str::contains("0 grew: pass"))
@@ -607,12 +593,8 @@ fn a_new_per_step_readback_or_sync_fails_the_counter_gate_with_its_source_line()
         "[check.counters]\nd2h-copies = 1\n",
     )
     .expect("write");
-    perfkit()
+    check(&base, &readback)
         .current_dir(dir.path())
-        .args(["check", "--baseline"])
-        .arg(&base)
-        .arg("--candidate")
-        .arg(&readback)
         .assert()
         .code(0)
         .stdout(predicate::str::contains(
@@ -624,12 +606,8 @@ fn a_new_per_step_readback_or_sync_fails_the_counter_gate_with_its_source_line()
         "[check.counters]\nreadbacks = 1\n",
     )
     .expect("write");
-    perfkit()
+    check(&base, &readback)
         .current_dir(dir.path())
-        .args(["check", "--baseline"])
-        .arg(&base)
-        .arg("--candidate")
-        .arg(&readback)
         .assert()
         .code(2)
         .stderr(predicate::str::contains("perfkit.toml"))
@@ -660,11 +638,7 @@ fn cpu_runs_gate_span_entries_per_step() {
     };
     let base = cpu_run("base", 1);
     let twice = cpu_run("twice", 2);
-    perfkit()
-        .args(["check", "--baseline"])
-        .arg(&base)
-        .arg("--candidate")
-        .arg(&twice)
+    check(&base, &twice)
         .assert()
         .code(1)
         .stdout(predicate::str::is_match(r"entries of span `fetch` per step 1 -> 2, more at \S+ \(1\.0 -> 2\.0 per step\): FAIL").expect("regex"))
