@@ -404,16 +404,8 @@ fn run_action(workspace: &Path, given: &[(&str, &str)]) -> ActionRun {
     result
 }
 
-const SMALL_BATCH: &str = "fn train(opt: &mut Opt) {\n\
-    \x20   let batch_size = 4;\n\
-    \x20   for step in 0..3 {\n\
-    \x20       opt.backward_step(step as f32 * batch_size as f32);\n\
-    \x20   }\n\
-    }\n\
-    struct Opt;\n\
-    impl Opt {\n\
-    \x20   fn backward_step(&mut self, _loss: f32) {}\n\
-    }\n";
+/// A training function with a literal batch size of 4 (PK502), shared with the other CI-tool test.
+const SMALL_BATCH: &str = include_str!("data/small_batch_train.rs.txt");
 
 #[test]
 fn the_lint_gate_annotates_writes_the_summary_and_uploads_sarif() {

@@ -148,16 +148,8 @@ fn run_hook(hook: &Hook, repo: &Path) -> Option<(Vec<String>, Output)> {
     Some((files, out))
 }
 
-const BAD_RS: &str = "fn train(opt: &mut Opt) {\n\
-    \x20   let batch_size = 4;\n\
-    \x20   for step in 0..3 {\n\
-    \x20       opt.backward_step(step as f32 * batch_size as f32);\n\
-    \x20   }\n\
-    }\n\
-    struct Opt;\n\
-    impl Opt {\n\
-    \x20   fn backward_step(&mut self, _loss: f32) {}\n\
-    }\n";
+/// A training function with a literal batch size of 4 (PK502), shared with the other CI-tool test.
+const BAD_RS: &str = include_str!("data/small_batch_train.rs.txt");
 
 #[test]
 fn the_rust_hook_fails_a_commit_with_a_finding_and_passes_a_clean_one() {
