@@ -310,3 +310,204 @@ fn the_pytorch_scripts_get_exactly_their_documented_findings() {
         "train_good.py has none"
     );
 }
+
+/// A notebook (nbformat 4) with the given cells, `(cell_type, source)`; the source is written as
+/// a list of lines, as Jupyter writes it.
+fn notebook(cells: &[(&str, &str)]) -> String {
+    let cells: Vec<Value> = cells
+        .iter()
+        .map(|(kind, source)| {
+            let lines: Vec<String> = source.split_inclusive('\n').map(str::to_string).collect();
+            serde_json::json!({"cell_type": kind, "metadata": {}, "source": lines, "outputs": [], "execution_count": null})
+        })
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "cells": cells,
+        "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }))
+    .unwrap()
+}
+
+/// Cell 2 builds the loader, cell 4 trains over it and reads the loss back every step; the markdown
+/// cell 3 counts in the numbering.
+const TRAIN_NOTEBOOK: &[(&str, &str)] = &[
+    ("code", "!pip install torch\nimport torch\n"),
+    (
+        "code",
+        "from torch.utils.data import DataLoader\nloader = DataLoader(data, batch_size=64, num_workers=4, pin_memory=True)\n",
+    ),
+    ("markdown", "## Train\n"),
+    (
+        "code",
+        "%%time\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n    opt.step()\n    print(loss.item())\n    torch.cuda.synchronize()  # noqa: PK102\n",
+    ),
+];
+
+#[test]
+fn notebook_cells_are_linted_as_one_module_and_findings_name_their_cell() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "nb/train.ipynb", &notebook(TRAIN_NOTEBOOK));
+    write(dir.path(), "py/train.py", TRAIN_PY);
+    let out = lint_in(dir.path(), &[".", "--format", "json", "--select", "PK1"]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let value = json(&out);
+    assert_eq!(value["files_scanned"], 2);
+    assert_eq!(
+        findings(&value),
+        [
+            (
+                "nb/train.ipynb".to_string(),
+                6,
+                "PK101".to_string(),
+                "warning".to_string()
+            ),
+            (
+                "py/train.py".to_string(),
+                8,
+                "PK101".to_string(),
+                "warning".to_string()
+            ),
+        ]
+    );
+    let nb = &value["findings"][0];
+    assert_eq!(nb["cell"], 4, "{nb}");
+    assert_eq!(
+        (nb["column"].as_u64(), nb["end_column"].as_u64()),
+        (Some(16), Some(20))
+    );
+    // Findings outside notebooks have no `cell` field: the schema only grows.
+    assert!(value["findings"][1].get("cell").is_none());
+
+    // Text: the place reads `path:cell N:line:column` and the excerpt is the cell's own line.
+    let text = lint_in(dir.path(), &["nb", "--select", "PK1"]);
+    assert!(
+        text.stdout.contains("nb/train.ipynb:cell 4:6:16"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("6 |     print(loss.item())"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("the step loop at nb/train.ipynb:cell 4:2"),
+        "{}",
+        text.stdout
+    );
+
+    // SARIF: the location is the file (a cell's lines are not the file's), the cell a property.
+    let sarif = json(&lint_in(
+        dir.path(),
+        &["nb", "--select", "PK1", "--format", "sarif"],
+    ));
+    let result = &sarif["runs"][0]["results"][0];
+    assert_eq!(result["properties"]["cell"], 4, "{result}");
+    assert_eq!(result["properties"]["line"], 6, "{result}");
+    assert!(
+        result["locations"][0]["physicalLocation"]
+            .get("region")
+            .is_none(),
+        "{result}"
+    );
+    assert!(
+        result["message"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("cell 4, line 6: "),
+        "{result}"
+    );
+    // GitHub annotations: on the file, the cell in the title.
+    let github = lint_in(dir.path(), &["nb", "--select", "PK1", "--format", "github"]);
+    assert!(
+        github.stdout.starts_with(
+            "::warning file=nb/train.ipynb,title=PK101 host-readback-in-step-loop (cell 4%2C line 6)::"
+        ),
+        "{}",
+        github.stdout
+    );
+}
+
+#[test]
+fn a_malformed_notebook_is_an_error_entry_and_the_rest_is_linted() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "broken.ipynb",
+        "{\n \"cells\": [\n  {\"cell_type\": \"code\",}\n ]\n}\n",
+    );
+    write(
+        dir.path(),
+        "syntax.ipynb",
+        &notebook(&[("code", "import torch\n"), ("code", "def f(:\n    pass\n")]),
+    );
+    write(dir.path(), "train.py", TRAIN_PY);
+    let out = lint_in(dir.path(), &[".", "--format", "json"]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let value = json(&out);
+    let errors = value["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{value}");
+    assert_eq!(errors[0]["path"], "broken.ipynb");
+    assert_eq!(errors[0]["line"], 3);
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("not a valid notebook: malformed JSON at column 24: trailing comma"),
+        "{message}"
+    );
+    assert_eq!(errors[1]["path"], "syntax.ipynb");
+    let message = errors[1]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("syntax error in cell 2, line 1: "),
+        "{message}"
+    );
+    assert_eq!(
+        findings(&value),
+        [(
+            "train.py".to_string(),
+            8,
+            "PK101".to_string(),
+            "warning".to_string()
+        )]
+    );
+}
+
+#[test]
+fn fix_does_not_rewrite_notebooks_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = "import torch\n\n\ndef make(n):\n    return torch.rand(n, 2).cuda()\n";
+    let py = write(dir.path(), "make.py", make);
+    let text = notebook(&[("code", make)]);
+    let nb = write(dir.path(), "make.ipynb", &text);
+    let output = Command::cargo_bin("perfkit")
+        .unwrap()
+        .current_dir(dir.path())
+        .args([
+            "lint", "--fix", "--format", "json", "--select", "PK201", ".",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("fixed 1 finding in 1 file; 1 finding in notebooks reported with no fix applied (perfkit does not rewrite .ipynb files)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&nb).unwrap(), text);
+    assert!(
+        std::fs::read_to_string(&py)
+            .unwrap()
+            .contains("torch.rand(n, 2, device=\"cuda\")")
+    );
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        findings(&value),
+        [(
+            "make.ipynb".to_string(),
+            5,
+            "PK201".to_string(),
+            "warning".to_string()
+        )]
+    );
+}

@@ -66,6 +66,10 @@ pub struct Diagnostic {
     pub severity: Severity,
     /// Path as given on the command line (joined with what the walk found).
     pub path: PathBuf,
+    /// In a notebook (`.ipynb`): the cell (1-based, in the notebook's `cells` list); `region` is
+    /// then the place within that cell's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell: Option<usize>,
     pub region: Region,
     /// What is wrong: lowercase, no final period.
     pub message: String,

@@ -172,13 +172,22 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         errors.extend(output.errors);
     }
     diagnostics.sort_by(|a, b| {
-        (&a.path, a.region.line, a.region.column, a.code, &a.message).cmp(&(
-            &b.path,
-            b.region.line,
-            b.region.column,
-            b.code,
-            &b.message,
-        ))
+        (
+            &a.path,
+            a.cell,
+            a.region.line,
+            a.region.column,
+            a.code,
+            &a.message,
+        )
+            .cmp(&(
+                &b.path,
+                b.cell,
+                b.region.line,
+                b.region.column,
+                b.code,
+                &b.message,
+            ))
     });
     errors.sort_by(|a, b| (&a.path, a.line, &a.message).cmp(&(&b.path, b.line, &b.message)));
     Ok(LintReport {
@@ -244,9 +253,67 @@ fn lint_crate_guarded(
     })
 }
 
-/// Whether a walked file is Python source.
+/// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
 fn is_python(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "py")
+    path.extension().is_some_and(|e| e == "py" || e == "ipynb")
+}
+
+/// Largest notebook read: a notebook's JSON also holds its outputs (plots, tables), so it may be
+/// much larger than its code; the code itself is held to [`MAX_FILE_BYTES`].
+const MAX_NOTEBOOK_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads a `.py` file or a notebook's code cells and parses it.
+fn read_python(path: &Path) -> Result<crate::python::PyFile, FileError> {
+    if !crate::python::notebook::is_notebook(path) {
+        return read_source(path)
+            .and_then(|source| crate::python::PyFile::parse(path.to_path_buf(), source));
+    }
+    let text = read_source_limited(path, MAX_NOTEBOOK_BYTES)?;
+    let file = crate::python::PyFile::parse_notebook(path.to_path_buf(), &text)?;
+    if file.source.len() as u64 > MAX_FILE_BYTES {
+        return Err(FileError {
+            path: path.to_path_buf(),
+            message: format!(
+                "notebook code too large ({:.1} MiB; more than {} MiB of code is not linted)",
+                file.source.len() as f64 / (1024.0 * 1024.0),
+                MAX_FILE_BYTES / (1024 * 1024)
+            ),
+            line: None,
+        });
+    }
+    Ok(file)
+}
+
+/// Moves the findings of notebooks from lines of the module built from their code cells to the
+/// cell and the line within it, and drops their fixes: perfkit does not rewrite notebooks.
+fn map_notebook_findings(files: &[crate::python::PyFile], diagnostics: &mut [Diagnostic]) {
+    let notebooks: HashMap<&Path, &crate::python::notebook::CellIndex> = files
+        .iter()
+        .filter_map(|f| Some((f.path.as_path(), f.notebook.as_ref()?)))
+        .collect();
+    if notebooks.is_empty() {
+        return;
+    }
+    for d in diagnostics.iter_mut() {
+        let Some(index) = notebooks.get(d.path.as_path()) else {
+            continue;
+        };
+        let Some((cell, line)) = index.locate(d.region.line) else {
+            continue;
+        };
+        let (end_line, end_column) = match index.locate(d.region.end_line) {
+            Some((end_cell, end_line)) if end_cell == cell => (end_line, d.region.end_column),
+            _ => (line, d.region.column + 1),
+        };
+        d.cell = Some(cell);
+        d.region = Region {
+            line,
+            column: d.region.column,
+            end_line,
+            end_column,
+        };
+        d.fix = None;
+    }
 }
 
 /// Turns a rule's findings into diagnostics of `path_of(file)`, with the configured severity.
@@ -268,6 +335,7 @@ fn push_findings(
             name: meta.name,
             severity,
             path: path_of(finding.file),
+            cell: None,
             region: finding.region,
             message: finding.message,
             help: finding.help,
@@ -283,9 +351,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     let mut output = CrateOutput::default();
     let mut parsed = Vec::with_capacity(job.files.len());
     for path in &job.files {
-        match read_source(path)
-            .and_then(|source| crate::python::PyFile::parse(path.clone(), source))
-        {
+        match read_python(path) {
             Ok(file) => parsed.push(file),
             Err(err) => output.errors.push(err),
         }
@@ -324,6 +390,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         }
     }
     apply_suppression_lists(by_path, &mut output.diagnostics, &enabled);
+    map_notebook_findings(&parsed, &mut output.diagnostics);
     output
 }
 
@@ -468,6 +535,7 @@ fn apply_suppression_lists(
                     name: meta.name,
                     severity: Severity::Note,
                     path: path.to_path_buf(),
+                    cell: None,
                     region: Region {
                         line: s.line,
                         column: s.column,
@@ -562,18 +630,23 @@ fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
 
 /// Reads a source file as UTF-8 text, or says why not (missing, too large, binary, not UTF-8).
 fn read_source(path: &Path) -> Result<String, FileError> {
+    read_source_limited(path, MAX_FILE_BYTES)
+}
+
+/// [`read_source`] with its own size limit.
+fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
     let error = |message: String, line: Option<usize>| FileError {
         path: path.to_path_buf(),
         message,
         line,
     };
     let meta = std::fs::metadata(path).map_err(|e| error(walk::io_message(&e), None))?;
-    if meta.len() > MAX_FILE_BYTES {
+    if meta.len() > limit {
         return Err(error(
             format!(
                 "file too large ({:.1} MiB; files over {} MiB are not linted)",
                 meta.len() as f64 / (1024.0 * 1024.0),
-                MAX_FILE_BYTES / (1024 * 1024)
+                limit / (1024 * 1024)
             ),
             None,
         ));

@@ -88,10 +88,14 @@ pub struct FixedText {
 }
 
 /// Applies the fixes of `diagnostics` (those that carry one) to their files and writes the files that
-/// change. Findings without a fix are ignored.
+/// change. Findings without a fix are ignored, and so are findings in notebooks: perfkit does not
+/// rewrite `.ipynb` files.
 pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
     let mut by_file: BTreeMap<&Path, Vec<&Fix>> = BTreeMap::new();
     for diagnostic in diagnostics {
+        if diagnostic.cell.is_some() || crate::python::notebook::is_notebook(&diagnostic.path) {
+            continue;
+        }
         if let Some(fix) = &diagnostic.fix {
             by_file
                 .entry(diagnostic.path.as_path())
@@ -347,6 +351,7 @@ mod tests {
             name: "cpu-tensor-then-copy",
             severity: crate::Severity::Warning,
             path: path.to_path_buf(),
+            cell: None,
             region: crate::Region {
                 line: 1,
                 column: 1,

@@ -1,4 +1,4 @@
-//! Finding the files to lint: `.rs` and `.py` files under the given paths, honouring `.gitignore` and skipping
+//! Finding the files to lint: `.rs`, `.py` and `.ipynb` files under the given paths, honouring `.gitignore` and skipping
 //! `target/` directories; grouping them into crates (the nearest `Cargo.toml` above each file).
 
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
                         && entry
                             .path()
                             .extension()
-                            .is_some_and(|e| e == "rs" || e == "py")
+                            .is_some_and(|e| e == "rs" || e == "py" || e == "ipynb")
                     {
                         files.push(entry.into_path());
                     }

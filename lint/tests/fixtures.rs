@@ -32,10 +32,12 @@ fn fixture_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// One expectation: file (relative to the fixture dir), line, code, optional severity.
+/// One expectation: file (relative to the fixture dir), notebook cell, line (within the cell in
+/// a notebook), code, optional severity.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Expect {
     file: PathBuf,
+    cell: Option<usize>,
     line: usize,
     code: String,
     severity: Option<Severity>,
@@ -49,14 +51,35 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "py") {
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "rs" || e == "py" || e == "ipynb")
+        {
             out.push(path);
         }
     }
 }
 
+/// The texts to read markers from: the file, or each code cell of a notebook with its number.
+fn marker_texts(path: &Path, text: String) -> Result<Vec<(Option<usize>, String)>, String> {
+    if path.extension().is_none_or(|e| e != "ipynb") {
+        return Ok(vec![(None, text)]);
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cells = value["cells"].as_array().cloned().unwrap_or_default();
+    Ok(cells
+        .iter()
+        .enumerate()
+        .filter(|(_, cell)| cell["cell_type"] == "code")
+        .filter_map(|(i, _)| {
+            perfkit_lint::python::notebook::cell_source(&text, i + 1).map(|s| (Some(i + 1), s))
+        })
+        .collect())
+}
+
 /// Parses the `// expect: ...` markers of every `.rs` file of a fixture, and the `# expect: ...`
-/// markers of every `.py` file.
+/// markers of every `.py` file and of every code cell of every `.ipynb` notebook.
 fn parse_markers(dir: &Path) -> Result<Vec<Expect>, String> {
     let mut files = Vec::new();
     rust_files(dir, &mut files);
@@ -66,55 +89,63 @@ fn parse_markers(dir: &Path) -> Result<Vec<Expect>, String> {
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let rel = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
-        let marker = if path.extension().is_some_and(|e| e == "py") {
-            "# expect:"
-        } else {
+        let marker = if path.extension().is_some_and(|e| e == "rs") {
             "// expect:"
+        } else {
+            "# expect:"
         };
-        for (i, line) in text.lines().enumerate() {
-            let Some(at) = line.find(marker) else {
-                continue;
-            };
-            for item in line[at + marker.len()..].split(',') {
-                let item = item.trim();
-                if item.is_empty() {
+        for (cell, text) in marker_texts(&path, text)? {
+            for (i, line) in text.lines().enumerate() {
+                let Some(at) = line.find(marker) else {
                     continue;
-                }
-                let (code, severity) = match item.split_once('(') {
-                    Some((code, rest)) => {
-                        let sev = match rest.trim_end_matches(')').trim() {
-                            "note" => Severity::Note,
-                            "warning" => Severity::Warning,
-                            "error" => Severity::Error,
-                            other => {
-                                return Err(format!(
-                                    "{}:{}: bad severity `{other}` in marker",
-                                    rel.display(),
-                                    i + 1
-                                ));
-                            }
-                        };
-                        (code.trim(), Some(sev))
-                    }
-                    None => (item, None),
                 };
-                if perfkit_lint::rule_by_code(code).is_none() {
-                    return Err(format!(
-                        "{}:{}: unknown code `{code}` in marker",
-                        rel.display(),
-                        i + 1
-                    ));
+                for item in line[at + marker.len()..].split(',') {
+                    let item = item.trim();
+                    if item.is_empty() {
+                        continue;
+                    }
+                    let (code, severity) = match item.split_once('(') {
+                        Some((code, rest)) => {
+                            let sev = match rest.trim_end_matches(')').trim() {
+                                "note" => Severity::Note,
+                                "warning" => Severity::Warning,
+                                "error" => Severity::Error,
+                                other => {
+                                    return Err(format!(
+                                        "{}:{}: bad severity `{other}` in marker",
+                                        rel.display(),
+                                        i + 1
+                                    ));
+                                }
+                            };
+                            (code.trim(), Some(sev))
+                        }
+                        None => (item, None),
+                    };
+                    if perfkit_lint::rule_by_code(code).is_none() {
+                        return Err(format!(
+                            "{}:{}: unknown code `{code}` in marker",
+                            rel.display(),
+                            i + 1
+                        ));
+                    }
+                    out.push(Expect {
+                        file: rel.clone(),
+                        cell,
+                        line: i + 1,
+                        code: code.to_string(),
+                        severity,
+                    });
                 }
-                out.push(Expect {
-                    file: rel.clone(),
-                    line: i + 1,
-                    code: code.to_string(),
-                    severity,
-                });
             }
         }
     }
     Ok(out)
+}
+
+/// `cell 3:` in a notebook, nothing elsewhere.
+fn cell_label(cell: Option<usize>) -> String {
+    cell.map(|c| format!("cell {c}:")).unwrap_or_default()
 }
 
 fn own_code(dir: &Path) -> String {
@@ -133,9 +164,10 @@ fn relative(dir: &Path, d: &Diagnostic) -> PathBuf {
 fn render(dir: &Path, diagnostics: &[Diagnostic]) -> String {
     let mut out = String::new();
     for d in diagnostics {
+        let cell = d.cell.map(|c| format!("cell {c}:")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}:{}:{}-{}:{}: {}[{} {}] {}",
+            "{}:{cell}{}:{}-{}:{}: {}[{} {}] {}",
             relative(dir, d).display(),
             d.region.line,
             d.region.column,
@@ -187,12 +219,16 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
     // Every marker fires.
     for expect in &expects {
         let found = report.diagnostics.iter().find(|d| {
-            d.code == expect.code && d.region.line == expect.line && relative(dir, d) == expect.file
+            d.code == expect.code
+                && d.region.line == expect.line
+                && d.cell == expect.cell
+                && relative(dir, d) == expect.file
         });
         match found {
             None => problems.push(format!(
-                "{}:{}: expected {} but nothing fired",
+                "{}:{}{}: expected {} but nothing fired",
                 expect.file.display(),
+                cell_label(expect.cell),
                 expect.line,
                 expect.code
             )),
@@ -212,26 +248,29 @@ fn check_fixture(dir: &Path) -> (Vec<String>, Vec<Diagnostic>) {
         }
     }
     // Nothing unmarked fires with a strict code.
-    let marked: BTreeMap<(PathBuf, usize, String), ()> = expects
+    type Key = (PathBuf, Option<usize>, usize, String);
+    let marked: BTreeMap<Key, ()> = expects
         .iter()
-        .map(|e| ((e.file.clone(), e.line, e.code.clone()), ()))
+        .map(|e| ((e.file.clone(), e.cell, e.line, e.code.clone()), ()))
         .collect();
-    let mut seen: BTreeSet<(PathBuf, usize, String)> = BTreeSet::new();
+    let mut seen: BTreeSet<Key> = BTreeSet::new();
     for d in &report.diagnostics {
-        let key = (relative(dir, d), d.region.line, d.code.to_string());
+        let key = (relative(dir, d), d.cell, d.region.line, d.code.to_string());
         // One finding per code and line: a second one is a duplicate report.
         if !seen.insert(key.clone()) {
             problems.push(format!(
-                "{}:{}: {} reported twice on this line",
+                "{}:{}{}: {} reported twice on this line",
                 key.0.display(),
+                cell_label(d.cell),
                 d.region.line,
                 d.code
             ));
         }
         if !marked.contains_key(&key) {
             problems.push(format!(
-                "{}:{}: unexpected {} ({}): {}",
+                "{}:{}{}: unexpected {} ({}): {}",
                 key.0.display(),
+                cell_label(d.cell),
                 d.region.line,
                 d.code,
                 d.severity,

@@ -121,7 +121,12 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let mut fix_failed = false;
     if args.fix {
         let summary = fix_until_done(&mut options, &mut report)?;
-        report_fixes(&summary);
+        let in_notebooks = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.cell.is_some())
+            .count();
+        report_fixes(&summary, in_notebooks);
         fix_failed = !summary.errors.is_empty();
     }
 
@@ -202,8 +207,9 @@ fn exit_code(report: &LintReport, fix_failed: bool, exit_zero: bool) -> ExitCode
     }
 }
 
-/// One line on stderr about what `--fix` did, and one per file it could not fix.
-fn report_fixes(summary: &FixSummary) {
+/// One line on stderr about what `--fix` did (and the findings in notebooks, which it does not
+/// rewrite), and one per file it could not fix.
+fn report_fixes(summary: &FixSummary, in_notebooks: usize) {
     let files = summary.files_changed.len();
     let mut line = format!(
         "fixed {} {} in {} {}",
@@ -220,6 +226,12 @@ fn report_fixes(summary: &FixSummary) {
         line.push_str(&format!(
             " ({} overlapping fixes left for the next run)",
             summary.skipped
+        ));
+    }
+    if in_notebooks > 0 {
+        line.push_str(&format!(
+            "; {in_notebooks} {} in notebooks reported with no fix applied (perfkit does not rewrite .ipynb files)",
+            if in_notebooks == 1 { "finding" } else { "findings" }
         ));
     }
     eprintln!("{line}");

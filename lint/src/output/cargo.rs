@@ -51,7 +51,7 @@ pub fn render(out: &mut impl Write, report: &LintReport, rules: &[&RuleMeta]) ->
     let mut sources = SourceCache::default();
     let mut packages = Packages::default();
     for diagnostic in &report.diagnostics {
-        let source = sources.get(&diagnostic.path);
+        let source = sources.get(&diagnostic.path, diagnostic.cell);
         let explanation = rules
             .iter()
             .find(|rule| rule.code == diagnostic.code)
@@ -62,7 +62,7 @@ pub fn render(out: &mut impl Write, report: &LintReport, rules: &[&RuleMeta]) ->
         writeln!(out)?;
     }
     for error in &report.errors {
-        let source = sources.get(&error.path);
+        let source = sources.get(&error.path, None);
         let message = error_message(error, source);
         let line = compiler_message(packages.get(&error.path), message);
         serde_json::to_writer(&mut *out, &line)?;
@@ -147,12 +147,21 @@ fn finding_message(
     }
     let mut rendered = render_diagnostic(renderer, d, source);
     rendered.push('\n');
+    // A notebook's lines are its cells' lines, not the lines of the `.ipynb` file: no span points
+    // into the file, and the message names the cell.
+    let (message, spans) = match d.cell {
+        Some(cell) => (
+            format!("cell {cell}, line {}: {}", region.line, d.message),
+            Vec::new(),
+        ),
+        None => (d.message.clone(), vec![primary]),
+    };
     json!({
         "$message_type": "diagnostic",
-        "message": d.message,
+        "message": message,
         "code": {"code": d.code, "explanation": explanation},
         "level": d.severity.as_str(),
-        "spans": [primary],
+        "spans": spans,
         "children": children,
         "rendered": rendered,
     })

@@ -27,6 +27,21 @@ pub fn render(out: &mut impl Write, report: &LintReport) -> io::Result<()> {
             message.push_str("\nhelp: ");
             message.push_str(&d.help);
         }
+        if let Some(cell) = d.cell {
+            // Lines of a notebook's cells are not lines of the `.ipynb` file: the annotation is
+            // on the file, and its title names the cell.
+            writeln!(
+                out,
+                "::{command} file={},title={}::{}",
+                escape_property(&display_path(&d.path)),
+                escape_property(&format!(
+                    "{} {} (cell {cell}, line {})",
+                    d.code, d.name, region.line
+                )),
+                escape_data(&message),
+            )?;
+            continue;
+        }
         writeln!(
             out,
             "::{command} file={},line={},col={},endLine={},endColumn={},title={}::{}",

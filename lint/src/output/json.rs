@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Paths are relative to the current directory, lines and columns 1-based (columns in characters, the
-//! end exclusive). `line` of an error is left out where the error has no line. Nothing else is added to
-//! the objects: notes and fixes are shown by the text and SARIF formats.
+//! end exclusive). `line` of an error is left out where the error has no line. A finding in a Jupyter
+//! notebook (`.ipynb`) has one more field, `cell` (1-based, in the notebook's `cells` list), and its
+//! lines and columns are those of that cell's text; findings in other files have no `cell`. Nothing
+//! else is added to the objects: notes and fixes are shown by the text and SARIF formats.
 
 use std::io::{self, Write};
 
@@ -36,6 +38,8 @@ struct Finding<'a> {
     name: &'a str,
     severity: &'a str,
     path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell: Option<usize>,
     line: usize,
     column: usize,
     end_line: usize,
@@ -65,6 +69,7 @@ pub fn render(out: &mut impl Write, report: &LintReport) -> io::Result<()> {
                 name: d.name,
                 severity: d.severity.as_str(),
                 path: display_path(&d.path),
+                cell: d.cell,
                 line: d.region.line,
                 column: d.region.column,
                 end_line: d.region.end_line,

@@ -143,6 +143,12 @@ pub fn display_note(note: &str) -> String {
 /// `word` with the path of a `PATH:LINE[:COLUMN]` in it displayed; any other word unchanged.
 fn display_location_word(word: &str) -> std::borrow::Cow<'_, str> {
     let trimmed = word.trim_end_matches([',', '.', ';', ')']);
+    // A notebook's place, `nb.ipynb:cell 3:2`: this word is `nb.ipynb:cell`.
+    if let Some(path) = trimmed.strip_suffix(":cell")
+        && path.ends_with(".ipynb")
+    {
+        return format!("{}:cell", display_path(Path::new(path))).into();
+    }
     let Some((path, line)) = ["rs:", "py:", "pyi:"]
         .iter()
         .filter_map(|ext| trimmed.rfind(ext).map(|at| at + ext.len()))
@@ -283,6 +289,7 @@ pub(crate) mod test_support {
             name: "host-readback-in-step-loop",
             severity: Severity::Warning,
             path: PathBuf::from(path),
+            cell: None,
             region: Region {
                 line,
                 column,

@@ -181,6 +181,21 @@ fn result(diagnostic: &Diagnostic, rule_index: usize) -> Value {
             }
         }],
     });
+    if let Some(cell) = diagnostic.cell {
+        // A notebook's lines are its cells' lines, not lines of the `.ipynb` file: the location is
+        // the file, and the cell and the region within it are properties (and in the message).
+        value["locations"][0]["physicalLocation"]
+            .as_object_mut()
+            .map(|physical| physical.remove("region"));
+        value["message"]["text"] = json!(format!("cell {cell}, line {}: {text}", region.line));
+        value["properties"] = json!({
+            "cell": cell,
+            "line": region.line,
+            "column": region.column,
+            "end_line": region.end_line,
+            "end_column": region.end_column,
+        });
+    }
     if let Some(fix) = &diagnostic.fix {
         let replacements: Vec<Value> = fix
             .edits

@@ -42,7 +42,7 @@ pub fn render(
     };
     let mut sources = SourceCache::default();
     for diagnostic in &report.diagnostics {
-        let source = sources.get(&diagnostic.path);
+        let source = sources.get(&diagnostic.path, diagnostic.cell);
         let rendered = render_diagnostic(&renderer, diagnostic, source);
         writeln!(out, "{rendered}")?;
         writeln!(out)?;
@@ -62,7 +62,11 @@ pub fn render_diagnostic(
     diagnostic: &Diagnostic,
     source: Option<&SourceText>,
 ) -> String {
-    let path = display_path(&diagnostic.path);
+    // In a notebook the excerpt is the cell's text, and the place reads `nb.ipynb:cell 3:2:9`.
+    let path = match diagnostic.cell {
+        Some(cell) => format!("{}:cell {cell}", display_path(&diagnostic.path)),
+        None => display_path(&diagnostic.path),
+    };
     let level = level_of(diagnostic.severity);
     let region = diagnostic.region;
     let title = level
@@ -369,17 +373,25 @@ impl SourceText {
 /// Reads each finding's file once: findings come sorted by path, so only the last file is kept.
 #[derive(Debug, Default)]
 pub(super) struct SourceCache {
-    path: Option<PathBuf>,
+    path: Option<(PathBuf, Option<usize>)>,
     source: Option<SourceText>,
 }
 
 impl SourceCache {
-    pub(super) fn get(&mut self, path: &Path) -> Option<&SourceText> {
-        if self.path.as_deref() != Some(path) {
-            self.path = Some(path.to_path_buf());
-            self.source = std::fs::read(path)
+    /// The text of `path`, or of its cell `cell` when it is a notebook.
+    pub(super) fn get(&mut self, path: &Path, cell: Option<usize>) -> Option<&SourceText> {
+        let key = (path.to_path_buf(), cell);
+        if self.path.as_ref() != Some(&key) {
+            self.path = Some(key);
+            let text = std::fs::read(path)
                 .ok()
-                .map(|bytes| SourceText::new(String::from_utf8_lossy(&bytes).into_owned()));
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            self.source = match cell {
+                Some(cell) => text
+                    .and_then(|text| crate::python::notebook::cell_source(&text, cell))
+                    .map(SourceText::new),
+                None => text.map(SourceText::new),
+            };
         }
         self.source.as_ref()
     }

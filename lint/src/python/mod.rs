@@ -14,6 +14,7 @@
 
 pub(crate) mod facts;
 pub mod names;
+pub mod notebook;
 pub(crate) mod suppress;
 
 use std::collections::HashMap;
@@ -43,6 +44,8 @@ pub struct PyFile {
     line_starts: OnceLock<Vec<usize>>,
     /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
     pub test_file: bool,
+    /// For a notebook (`.ipynb`): where its code cells lie in `source`.
+    pub notebook: Option<notebook::CellIndex>,
 }
 
 /// The parser options: the newest Python the parser knows, so that new syntax is never rejected.
@@ -53,7 +56,21 @@ pub(crate) fn parse_options() -> ParseOptions {
 
 /// Parses Python source; `Err((message, offset))` for the first syntax error.
 pub(crate) fn parse_source(source: &str) -> Result<Parsed<ModModule>, (String, usize)> {
-    let parsed = ruff_python_parser::parse_unchecked(source, parse_options());
+    parse_with(source, parse_options())
+}
+
+/// Parses the code cells of a notebook in IPython mode (magics and `!` shell escapes are escape
+/// commands); `Err((message, offset))` for the first syntax error.
+pub(crate) fn parse_notebook_source(source: &str) -> Result<Parsed<ModModule>, (String, usize)> {
+    parse_with(
+        source,
+        ParseOptions::from(ruff_python_ast::PySourceType::Ipynb)
+            .with_target_version(ruff_python_ast::PythonVersion::PY314),
+    )
+}
+
+fn parse_with(source: &str, options: ParseOptions) -> Result<Parsed<ModModule>, (String, usize)> {
+    let parsed = ruff_python_parser::parse_unchecked(source, options);
     if let Some(error) = parsed.errors().first() {
         return Err((error.error.to_string(), error.location.start().to_usize()));
     }
@@ -84,7 +101,62 @@ impl PyFile {
             parsed,
             line_starts: OnceLock::new(),
             test_file,
+            notebook: None,
         })
+    }
+
+    /// Reads a notebook's JSON text (see [`notebook`]): its Python code cells as one module. A
+    /// malformed notebook is a [`FileError`] with the JSON line; a syntax error names its cell.
+    pub fn parse_notebook(path: PathBuf, text: &str) -> Result<PyFile, FileError> {
+        let nb = notebook::read(text).map_err(|err| FileError {
+            path: path.clone(),
+            message: err.message,
+            line: err.line,
+        })?;
+        let source = nb.source;
+        let parsed = match parse_notebook_source(&source) {
+            Ok(parsed) => parsed,
+            Err((message, offset)) => {
+                let line = line_starts(&source)
+                    .partition_point(|&s| s <= offset)
+                    .max(1);
+                let place = match nb.index.locate(line) {
+                    Some((cell, line)) => format!("cell {cell}, line {line}: "),
+                    None => String::new(),
+                };
+                return Err(FileError {
+                    path,
+                    message: format!("syntax error in {place}{message}"),
+                    line: None,
+                });
+            }
+        };
+        let test_file = is_test_path(&path);
+        Ok(PyFile {
+            path,
+            source,
+            parsed,
+            line_starts: OnceLock::new(),
+            test_file,
+            notebook: Some(nb.index),
+        })
+    }
+
+    /// How a message names the line of byte `offset`: `line 12`, or `cell 3, line 2` in a notebook.
+    pub fn line_name(&self, offset: usize) -> String {
+        let line = self.line_of(offset);
+        match self.notebook.as_ref().and_then(|index| index.locate(line)) {
+            Some((cell, line)) => format!("cell {cell}, line {line}"),
+            None => format!("line {line}"),
+        }
+    }
+
+    /// `PATH:LINE` of a line of this file, as notes name places: `nb.ipynb:cell 3:2` in a notebook.
+    pub fn place(&self, line: usize) -> String {
+        match self.notebook.as_ref().and_then(|index| index.locate(line)) {
+            Some((cell, line)) => format!("{}:cell {cell}:{line}", self.path.display()),
+            None => format!("{}:{line}", self.path.display()),
+        }
     }
 
     /// The module's statements.
@@ -632,11 +704,7 @@ impl<'a> PyContext<'a> {
     /// The notes a finding in a step loop carries (mirrors the Rust notes).
     pub fn notes(&self, hit: &PyHit) -> Vec<String> {
         let mut notes = Vec::new();
-        let at = format!(
-            "{}:{}",
-            self.units[hit.loop_file].file.path.display(),
-            hit.loop_line
-        );
+        let at = self.units[hit.loop_file].file.place(hit.loop_line);
         let place = match &hit.step_body {
             Some(name) => format!("the step body `{name}` at {at}"),
             None => format!("the step loop at {at}"),

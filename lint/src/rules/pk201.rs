@@ -914,11 +914,11 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
             let name = facts::dotted(&ctor.func).unwrap_or_default();
             let var = facts::dotted(recv).unwrap_or_default();
-            let line = cx.file(file).line_of(call.start);
+            let line = cx.file(file).line_name(call.start);
             out.push(cx.finding(
                 file,
                 ctor.func.range(),
-                format!("`{name}` builds `{var}` on the CPU, then `{copy}` on line {line} copies it to the device"),
+                format!("`{name}` builds `{var}` on the CPU, then `{copy}` on {line} copies it to the device"),
                 format!("create it on the target device: pass `device={target}` to `{name}` and drop the copy"),
             ));
             continue;

@@ -202,12 +202,12 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let non_blocking = matches!(python_keyword(call.call, "non_blocking"), Some(PyExpr::BooleanLiteral(b)) if b.value)
             || python_keyword(call.call, "non_blocking")
                 .is_some_and(|e| !matches!(e, PyExpr::BooleanLiteral(_)));
-        let line = cx.file(file).line_of(loader.start().to_usize());
+        let line = cx.file(file).line_name(loader.start().to_usize());
         let finding = if !pinned {
             cx.finding(
                 file,
                 PyContext::callee_range(call),
-                format!("`.{method}(..)` copies a batch from pageable memory: its `DataLoader` (line {line}) has no `pin_memory=True`"),
+                format!("`.{method}(..)` copies a batch from pageable memory: its `DataLoader` ({line}) has no `pin_memory=True`"),
                 "pass `pin_memory=True` to the `DataLoader` and copy with `.to(device, non_blocking=True)`",
             )
         } else if !non_blocking {

@@ -405,12 +405,12 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 c.start < at && (c.fn_idx == fn_idx || c.fn_idx.is_none()) && initialises_cuda(c)
             });
             let Some(init) = init else { continue };
-            let line = unit.file.line_of(init.start);
+            let line = unit.file.line_name(init.start);
             let what = init.display_name();
             out.push(cx.finding(
                 file,
                 range,
-                format!("`CUDA_VISIBLE_DEVICES` is set after `{what}()` on line {line} initialised CUDA, so it has no effect"),
+                format!("`CUDA_VISIBLE_DEVICES` is set after `{what}()` on {line} initialised CUDA, so it has no effect"),
                 "set it before anything touches CUDA (first thing in the program, or in the shell that starts it)",
             ));
         }
