@@ -394,9 +394,15 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     if let Some(test) = &clause.test {
                         self.visit_expr(test);
                     }
+                    // `elif step % N == 0:` guards its own body like an `if`.
+                    let saved = self.guard;
+                    if clause.test.as_ref().is_some_and(is_modulo_guard) {
+                        self.guard = Some(self.loops.len());
+                    }
                     for s in &clause.body {
                         self.visit_stmt(s);
                     }
+                    self.guard = saved;
                 }
             }
             Stmt::With(w) => {

@@ -410,13 +410,65 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         } else {
             "`DataLoader` without `num_workers` loads every batch in the training process"
         };
-        out.push(cx.finding(
+        let mut finding = cx.finding(
             file,
             PyContext::callee_range(call),
             message,
             "set `num_workers` (e.g. the number of CPU cores per GPU) and `persistent_workers=True`",
-        ));
+        );
+        if let Some(why) = evaluation_loader(cx, file, call) {
+            finding.lowered = true;
+            finding.notes.push(format!(
+                "{why}: it feeds evaluation, not the training step, so this is a note"
+            ));
+        }
+        out.push(finding);
     }
+}
+
+/// Why a `DataLoader(..)` looks like an evaluation loader, if it does: `shuffle=False` with no
+/// sampler, or bound to a name such as `test_loader`, `val_loader`, `eval_dl`, `testloader`.
+fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
+    let unshuffled = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value)
+        && call.keyword("sampler").is_none()
+        && call.keyword("batch_sampler").is_none();
+    if unshuffled {
+        return Some("the loader is built with `shuffle=False` and no sampler".to_string());
+    }
+    let facts = &cx.units[file].facts;
+    if let Some(function) = call.fn_idx.map(|f| facts.fns[f].name)
+        && is_evaluation_name(function)
+    {
+        return Some(format!("the loader is built in `{function}`"));
+    }
+    let range = call.call.range();
+    let name = facts
+        .assigns
+        .iter()
+        .find(|a| !a.loop_target && a.value.range() == range)
+        .map(|a| a.name.as_str())?;
+    is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
+}
+
+/// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
+/// name of evaluation data or code.
+fn is_evaluation_name(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    const WORDS: [&str; 9] = [
+        "test",
+        "val",
+        "valid",
+        "validation",
+        "validate",
+        "eval",
+        "evaluate",
+        "evaluation",
+        "dev",
+    ];
+    const PREFIXES: [&str; 5] = ["test", "valid", "valloader", "valset", "eval"];
+    last.split(|c: char| c == '_' || c.is_ascii_digit())
+        .any(|part| WORDS.contains(&part))
+        || PREFIXES.iter().any(|w| last.starts_with(w))
 }
 
 /// A `TensorDataset` (already in memory: workers would only copy it).
