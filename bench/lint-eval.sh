@@ -18,7 +18,9 @@
 # lines, traps hit, files that failed to lint. Output: a table on stdout; the raw findings under
 # OUT (default target/lint-eval/).
 #
-# Usage: bench/lint-eval.sh [--src DIR] [--out DIR] [--only NAME,...] [--no-build]
+# Usage: bench/lint-eval.sh [--python] [--src DIR] [--out DIR] [--only NAME,...] [--no-build]
+#   --python  score the Python (PyTorch) repositories of bench/lint-eval/labels-python/ instead
+#             (default src and out: target/lint-eval-python/); docs/python.md has the results
 #   --src   where the repositories are (default: target/lint-eval/src)
 #   PERFKIT=path/to/perfkit in the environment scores that binary instead of building one.
 set -euo pipefail
@@ -29,17 +31,22 @@ src="$target_dir/lint-eval/src"
 out="$target_dir/lint-eval"
 only=""
 build=1
+labels="$root/bench/lint-eval/labels"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --python)
+            labels="$root/bench/lint-eval/labels-python"
+            [ "$src" = "$target_dir/lint-eval/src" ] && src="$target_dir/lint-eval-python/src"
+            [ "$out" = "$target_dir/lint-eval" ] && out="$target_dir/lint-eval-python"
+            shift ;;
         --src) src="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --only) only="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-labels="$root/bench/lint-eval/labels"
 mkdir -p "$src" "$out/findings"
 
 # The repositories: one `repo` line per label file.

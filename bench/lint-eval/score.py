@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Scores `perfkit lint --format json` output against the labels of bench/lint-eval/labels/.
+"""Scores `perfkit lint --format json` output against the labels of bench/lint-eval/labels/ (Rust)
+or bench/lint-eval/labels-python/ (Python).
 
 A label is `NAME@COMMIT PATH LINE CODE EXPECTED` with EXPECTED one of error, warning, note (a real
 problem the rule must report there, at that severity) or trap (a look-alike the rule must not report).
+In a Jupyter notebook PATH is `nb.ipynb:cellN` and LINE the line within that cell.
 
 Precision is over the findings at warning level or above (what fails a CI run): a warning on a line
 labelled error/warning for its code is true; on a line labelled `trap` or `note` for its code it is false
@@ -83,8 +85,10 @@ def read_findings(directory, repos):
             errors[repo] = [f"no usable lint output ({e})"]
             findings[repo] = []
             continue
+        # A notebook's finding is labelled `nb.ipynb:cellN LINE` (LINE within the cell).
         findings[repo] = [
-            (x["path"].removeprefix("./"), x["line"], x["code"], x["severity"], x["message"])
+            (x["path"].removeprefix("./") + (f":cell{x['cell']}" if "cell" in x else ""),
+             x["line"], x["code"], x["severity"], x["message"])
             for x in data["findings"]
             if x["code"] != "PK000"
         ]

@@ -265,6 +265,8 @@ pub struct PyContext<'a> {
     /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
     call_targets: Vec<Vec<Vec<(usize, usize)>>>,
     mixed_precision: OnceLock<bool>,
+    /// See [`PyContext::cpu_only_program`].
+    accelerator: OnceLock<bool>,
     grad_accumulation: OnceLock<bool>,
 }
 
@@ -304,6 +306,7 @@ impl<'a> PyContext<'a> {
             by_name,
             call_targets: Vec::new(),
             mixed_precision: OnceLock::new(),
+            accelerator: OnceLock::new(),
             grad_accumulation: OnceLock::new(),
         };
         cx.call_targets = units
@@ -327,6 +330,28 @@ impl<'a> PyContext<'a> {
             self.units
                 .iter()
                 .any(|u| names::mentions_mixed_precision(&u.file.source))
+        })
+    }
+
+    /// Whether the package is a program that runs on the CPU only: it starts itself (a
+    /// `__main__` guard, or a step loop at module level) and no file of it mentions an
+    /// accelerator (CUDA, a device, a GPU, ...). A library function that receives its model and
+    /// batches as arguments is not one: its caller may have put them on a GPU.
+    pub fn cpu_only_program(&self) -> bool {
+        *self.accelerator.get_or_init(|| {
+            let program = self.units.iter().enumerate().any(|(f, u)| {
+                memchr::memmem::find(u.file.source.as_bytes(), b"__main__").is_some()
+                    || u.facts
+                        .loops
+                        .iter()
+                        .enumerate()
+                        .any(|(l, lp)| lp.fn_idx.is_none() && self.step_loop[f][l])
+            });
+            program
+                && !self
+                    .units
+                    .iter()
+                    .any(|u| names::mentions_accelerator(&u.file.source))
         })
     }
 
@@ -589,6 +614,11 @@ impl<'a> PyContext<'a> {
             .rev()
             .find(|&p| self.step_loop[file][loops[p]])?;
         let l = loops[pos];
+        // A loop with no step in it inside a per-epoch loop (`for x in val_loader:` after the
+        // training loop) is an evaluation loop: not a step loop, nothing per step in it.
+        if self.outer_loop[file][l] && pos + 1 < loops.len() {
+            return None;
+        }
         let unit = &self.units[file];
         Some(PyHit {
             loop_file: file,
@@ -611,9 +641,18 @@ impl<'a> PyContext<'a> {
         if let Some(hit) = self.loop_hit(file, call) {
             return Some(hit);
         }
+        if call.loops.iter().any(|&l| self.step_loop[file][l]) {
+            // An evaluation loop inside an epoch loop (see `loop_hit`).
+            return None;
+        }
         let fi = call.fn_idx?;
         let mut hit = self.fn_hit[file][fi].clone()?;
         hit.guarded |= call.guard.is_some();
+        // A loop of a function called once per epoch (`test(model, test_loader)` in the epoch
+        // loop) is an evaluation loop, not a step loop.
+        if hit.outer && !call.loops.is_empty() {
+            return None;
+        }
         // Inside a non-step loop of a function called per step: still per step (or more).
         Some(hit)
     }

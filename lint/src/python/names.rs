@@ -180,6 +180,32 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
     )
 }
 
+/// Whether a module's text mentions an accelerator anywhere: CUDA, a device, a GPU, MPS, XPU,
+/// XLA, or a framework object that places tensors on one (Lightning, Accelerate, Fabric). A
+/// package that mentions none keeps every tensor on the CPU, where a readback copies nothing.
+pub fn mentions_accelerator(source: &str) -> bool {
+    const NEEDLES: &[&[u8]] = &[
+        b"cuda",
+        b"CUDA",
+        b"device",
+        b"gpu",
+        b"GPU",
+        b"torch.mps",
+        b"backends.mps",
+        b"\"mps",
+        b"'mps",
+        b"xpu",
+        b"torch_xla",
+        b"ccelerat",
+        b"abric",
+        b"ightning",
+        b"Trainer",
+    ];
+    NEEDLES
+        .iter()
+        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+}
+
 /// Whether a module's text mentions 16-bit precision or autocast anywhere (PK501's "in reach").
 pub fn mentions_mixed_precision(source: &str) -> bool {
     const NEEDLES: &[&[u8]] = &[

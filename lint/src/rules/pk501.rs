@@ -445,7 +445,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
             continue;
         }
-        if reported_package || cx.mixed_precision() || !python_names::is_optimizer_constructor(path)
+        if reported_package
+            || cx.mixed_precision()
+            || cx.cpu_only_program()
+            || !python_names::is_optimizer_constructor(path)
         {
             continue;
         }

@@ -439,7 +439,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             continue;
         }
         let eval = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value);
-        if eval {
+        if eval || is_inference_call(path, call.method) {
             continue;
         }
         out.push(cx.finding(
@@ -449,6 +449,17 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             "use a larger batch (as memory allows), or accumulate gradients over several batches",
         ));
     }
+}
+
+/// A call that exports or runs a trained model (`export_onnx(.., batch_size=1)`,
+/// `predict(.., batch_size=1)`): its batch size is not a training batch.
+fn is_inference_call(path: &str, method: Option<&str>) -> bool {
+    let name = method
+        .unwrap_or_else(|| path.rsplit('.').next().unwrap_or(path))
+        .to_ascii_lowercase();
+    ["export", "onnx", "predict", "infer"]
+        .iter()
+        .any(|word| name.contains(word))
 }
 
 #[cfg(test)]
