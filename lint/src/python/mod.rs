@@ -616,7 +616,10 @@ impl<'a> PyContext<'a> {
         let l = loops[pos];
         // A loop with no step in it inside a per-epoch loop (`for x in val_loader:` after the
         // training loop) is an evaluation loop: not a step loop, nothing per step in it.
-        if self.outer_loop[file][l] && pos + 1 < loops.len() {
+        if self.outer_loop[file][l]
+            && pos + 1 < loops.len()
+            && self.is_evaluation(file, call, &loops[pos + 1..])
+        {
             return None;
         }
         let unit = &self.units[file];
@@ -630,6 +633,25 @@ impl<'a> PyContext<'a> {
             outer: self.outer_loop[file][l],
             guarded: call.guard.is_some_and(|depth| depth > pos),
         })
+    }
+
+    /// Whether `call`, inside `loops` (loops without a step in them), is evaluation code: under
+    /// `torch.no_grad()`, in a function named like `evaluate`/`validate`/`test`, or in a loop over
+    /// something named like `val_loader`/`test_data`. (Inside an epoch loop, a loop without a step
+    /// that is none of these, such as a loop over the parameters between accumulated steps, still
+    /// runs once per optimizer step.)
+    fn is_evaluation(&self, file: usize, call: &PyCall<'a>, loops: &[usize]) -> bool {
+        let facts = &self.units[file].facts;
+        call.no_grad
+            || call
+                .fn_idx
+                .is_some_and(|f| names::is_evaluation_name(facts.fns[f].name))
+            || loops.iter().any(|&l| {
+                facts.loops[l]
+                    .iter
+                    .and_then(iterated_name)
+                    .is_some_and(|name| names::is_evaluation_name(&name))
+            })
     }
 
     /// Whether the code at `call` runs per step (or less often, then the hit is lowered): inside
@@ -650,7 +672,7 @@ impl<'a> PyContext<'a> {
         hit.guarded |= call.guard.is_some();
         // A loop of a function called once per epoch (`test(model, test_loader)` in the epoch
         // loop) is an evaluation loop, not a step loop.
-        if hit.outer && !call.loops.is_empty() {
+        if hit.outer && !call.loops.is_empty() && self.is_evaluation(file, call, &call.loops) {
             return None;
         }
         // Inside a non-step loop of a function called per step: still per step (or more).
@@ -1202,6 +1224,15 @@ fn project_dir(dir: &Path, cache: &mut HashMap<PathBuf, Option<PathBuf>>) -> Opt
     };
     cache.insert(dir.to_path_buf(), found.clone());
     found
+}
+
+/// The name a loop iterates: `val_loader` of `val_loader`, `enumerate(val_loader)`,
+/// `tqdm(self.val_loader)`.
+fn iterated_name(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Call(call) => call.arguments.args.first().and_then(iterated_name),
+        other => facts::dotted(other),
+    }
 }
 
 /// The byte range of a node, as `usize`s.

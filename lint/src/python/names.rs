@@ -238,3 +238,24 @@ pub fn mentions_grad_accumulation(source: &str) -> bool {
         .iter()
         .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
 }
+
+/// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
+/// name of evaluation data or code.
+pub fn is_evaluation_name(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    const WORDS: [&str; 9] = [
+        "test",
+        "val",
+        "valid",
+        "validation",
+        "validate",
+        "eval",
+        "evaluate",
+        "evaluation",
+        "dev",
+    ];
+    const PREFIXES: [&str; 5] = ["test", "valid", "valloader", "valset", "eval"];
+    last.split(|c: char| c == '_' || c.is_ascii_digit())
+        .any(|part| WORDS.contains(&part))
+        || PREFIXES.iter().any(|w| last.starts_with(w))
+}

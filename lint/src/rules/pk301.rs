@@ -437,7 +437,7 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
     }
     let facts = &cx.units[file].facts;
     if let Some(function) = call.fn_idx.map(|f| facts.fns[f].name)
-        && is_evaluation_name(function)
+        && python_names::is_evaluation_name(function)
     {
         return Some(format!("the loader is built in `{function}`"));
     }
@@ -447,28 +447,7 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
         .iter()
         .find(|a| !a.loop_target && a.value.range() == range)
         .map(|a| a.name.as_str())?;
-    is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
-}
-
-/// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
-/// name of evaluation data or code.
-fn is_evaluation_name(name: &str) -> bool {
-    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    const WORDS: [&str; 9] = [
-        "test",
-        "val",
-        "valid",
-        "validation",
-        "validate",
-        "eval",
-        "evaluate",
-        "evaluation",
-        "dev",
-    ];
-    const PREFIXES: [&str; 5] = ["test", "valid", "valloader", "valset", "eval"];
-    last.split(|c: char| c == '_' || c.is_ascii_digit())
-        .any(|part| WORDS.contains(&part))
-        || PREFIXES.iter().any(|w| last.starts_with(w))
+    python_names::is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
 }
 
 /// A `TensorDataset` (already in memory: workers would only copy it).
