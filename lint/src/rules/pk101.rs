@@ -239,6 +239,20 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     }
 }
 
+/// Whether `recv` was accumulated into (`total += ..`) earlier in the call's function: a name
+/// that starts as the number `0.` and has tensors added to it is a tensor by the time `.item()`
+/// is called on it (a Python number has no `.item()`).
+fn accumulated(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>, recv: &PyExpr) -> bool {
+    let Some(name) = facts::dotted(recv) else {
+        return false;
+    };
+    cx.units[file].facts.accumulates.iter().any(|a| {
+        a.fn_idx == call.fn_idx
+            && a.range.start().to_usize() < call.start
+            && facts::dotted(a.target).as_deref() == Some(name.as_str())
+    })
+}
+
 fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
     let args = &call.call.arguments;
     let kind = |expr| cx.value_kind(file, call.fn_idx, expr, call.start);
@@ -253,7 +267,11 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
             return None;
         }
         return match method {
-            "item" if args.is_empty() && kind(recv) != ValueKind::Host => Some(".item()".into()),
+            "item" if args.is_empty()
+                && (kind(recv) != ValueKind::Host || accumulated(cx, file, call, recv)) =>
+            {
+                Some(".item()".into())
+            }
             "cpu" | "numpy" | "tolist" if args.is_empty() && is_tensor(recv) => {
                 Some(format!(".{method}()"))
             }
