@@ -267,8 +267,9 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
             return None;
         }
         return match method {
-            "item" if args.is_empty()
-                && (kind(recv) != ValueKind::Host || accumulated(cx, file, call, recv)) =>
+            "item"
+                if args.is_empty()
+                    && (kind(recv) != ValueKind::Host || accumulated(cx, file, call, recv)) =>
             {
                 Some(".item()".into())
             }

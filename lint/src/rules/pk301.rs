@@ -47,7 +47,10 @@ crate::declare_rule! {
     ///
     /// ## Python
     /// Python (PyTorch, Lightning): flags a `DataLoader` without `num_workers`, or with
-    /// `num_workers=0`, unless its dataset is an in-memory `TensorDataset`.
+    /// `num_workers=0`, unless its dataset is an in-memory `TensorDataset`. An evaluation loader
+    /// (`shuffle=False` without a sampler, bound to a name such as `test_loader` or `val_loader`,
+    /// or built in a function such as `evaluate` or `eval_split`) is reported as a note: it slows
+    /// evaluation, not the training step.
     ///
     /// ```python
     /// loader = DataLoader(dataset, batch_size=64, shuffle=True)
