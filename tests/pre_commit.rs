@@ -19,8 +19,25 @@ struct Hook {
     language: String,
     #[serde(default)]
     description: Option<String>,
+    /// pre-commit's `types`: a file must carry every one of these tags.
     #[serde(default)]
     types: Vec<String>,
+    /// pre-commit's `types_or`: a file must carry at least one of these tags (when any).
+    #[serde(default)]
+    types_or: Vec<String>,
+}
+
+impl Hook {
+    /// Whether pre-commit passes `file` to this hook: it carries every tag of `types` and, when
+    /// `types_or` is given, one of its tags.
+    fn takes(&self, file: &str) -> bool {
+        let Some(ext) = Path::new(file).extension().and_then(|e| e.to_str()) else {
+            return false;
+        };
+        let tagged = |tag: &String| identify_extensions(tag).unwrap().contains(&ext);
+        self.types.iter().all(tagged)
+            && (self.types_or.is_empty() || self.types_or.iter().any(tagged))
+    }
 }
 
 fn hooks() -> Vec<Hook> {
@@ -53,13 +70,16 @@ fn every_hook_has_what_pre_commit_requires() {
         // which installs the `perfkit` binary the entry runs.
         assert_eq!(hook.language, "rust", "{hook:?}");
         assert!(hook.entry.starts_with("perfkit lint"), "{hook:?}");
-        assert!(!hook.types.is_empty(), "{hook:?}");
-        for t in &hook.types {
+        assert!(
+            !hook.types.is_empty() || !hook.types_or.is_empty(),
+            "{hook:?}"
+        );
+        for t in hook.types.iter().chain(&hook.types_or) {
             assert!(identify_extensions(t).is_some(), "unknown type {t}");
         }
     }
     assert!(hooks.iter().any(|h| h.types == ["rust"]));
-    assert!(hooks.iter().any(|h| h.types == ["python"]));
+    assert!(hooks.iter().any(|h| h.types_or == ["python", "jupyter"]));
 }
 
 /// File extensions of the `identify` tags the hooks use (the library pre-commit selects files
@@ -68,6 +88,7 @@ fn identify_extensions(tag: &str) -> Option<&'static [&'static str]> {
     match tag {
         "rust" => Some(&["rs"]),
         "python" => Some(&["py", "pyi"]),
+        "jupyter" => Some(&["ipynb"]),
         _ => None,
     }
 }
@@ -109,19 +130,10 @@ fn run_hook(hook: &Hook, repo: &Path) -> Option<(Vec<String>, Output)> {
             "--diff-filter=ACMRTUXB",
         ],
     );
-    let extensions: Vec<&str> = hook
-        .types
-        .iter()
-        .flat_map(|t| identify_extensions(t).unwrap().iter().copied())
-        .collect();
     let files: Vec<String> = String::from_utf8(staged.stdout)
         .unwrap()
         .lines()
-        .filter(|f| {
-            Path::new(f)
-                .extension()
-                .is_some_and(|e| extensions.iter().any(|x| e == *x))
-        })
+        .filter(|f| hook.takes(f))
         .map(str::to_string)
         .collect();
     if files.is_empty() {
@@ -209,6 +221,30 @@ fn the_python_hook_lints_the_staged_python_files() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
         stdout.contains("PK101") && stdout.contains("train.py:10"),
+        "{stdout}"
+    );
+
+    // A notebook alone is passed to the same hook: the loop in its second cell is reported there.
+    let cells: Vec<serde_json::Value> = [&bad[..bad.find("def train").unwrap()], &bad[bad.find("def train").unwrap()..]]
+        .iter()
+        .map(|code| serde_json::json!({"cell_type": "code", "metadata": {}, "execution_count": null, "outputs": [], "source": code}))
+        .collect();
+    let notebook =
+        serde_json::json!({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5});
+    let other = tempfile::tempdir().unwrap();
+    staged_repo(
+        other.path(),
+        &[
+            ("explore.ipynb", &notebook.to_string()),
+            ("notes.md", "text\n"),
+        ],
+    );
+    let (files, out) = run_hook(&hook, other.path()).expect("a notebook is staged");
+    assert_eq!(files, ["explore.ipynb"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("PK101") && stdout.contains("explore.ipynb:cell 2:8"),
         "{stdout}"
     );
 }
