@@ -613,7 +613,8 @@ impl<'a> CrateContext<'a> {
     /// The device of a call's operand (see [`CallFact::operand`]), with parameters and
     /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
     pub fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.analysis.resolve_now(self.files, file, call, call.operand)
+        self.analysis
+            .resolve_now(self.files, file, call, call.operand)
     }
 
     /// The device of a transfer's destination (`d` in `x.to_device(d)`), with parameters and
