@@ -6,12 +6,12 @@ use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Expr, Token};
 
-use super::device::{DeviceKind, device_of_path};
+use super::device::{DeviceKind, device_of_expr, device_of_path};
 use super::frameworks::Framework;
 use super::patterns::binding_name;
 use super::values::{
     Binding, Dev, DevSym, TypeHint, generic_bounds, is_optimizer_builder, is_passthrough_method,
-    is_transfer, merge_devs, named_device, type_name,
+    is_transfer, merge_devs, type_name,
 };
 use super::{
     CallFact, CallRef, FileFacts, FnFact, GuardKind, LoopFact, SourceFile, StructFact,
@@ -336,12 +336,10 @@ fn is_expression_macro(path: &syn::Path) -> bool {
     })
 }
 
-/// Methods whose device arguments are a destination, not evidence of the code's device.
+/// Methods whose device arguments are a destination, not evidence of the code's device: the
+/// transfers, and `copy_` (whose argument is the source tensor).
 fn is_transfer_method(name: &str) -> bool {
-    matches!(
-        name,
-        "to_device" | "to" | "to_device_" | "copy_" | "to_kind_device"
-    )
+    is_transfer(name) || name == "copy_"
 }
 
 /// A type that is, refers to or holds cudarc's `PinnedHostSlice` (a reference, an array, a slice,
@@ -415,10 +413,8 @@ impl<'a> Collector<'a> {
             call,
             name,
             recv_ty,
-            operand_device: DeviceKind::Unknown,
-            operand_syms: [None, None],
-            dest_device: DeviceKind::Unknown,
-            dest_syms: [None, None],
+            operand: Dev::UNKNOWN,
+            dest: Dev::UNKNOWN,
             fn_idx: self.current_fn(),
             loop_idx: self.loop_stack.last().copied(),
             guard: self.guard_stack.last().map(|g| g.0),
@@ -450,10 +446,8 @@ impl<'a> Collector<'a> {
             ),
         };
         let fact = &mut self.facts.calls[index];
-        fact.operand_device = operand.kind;
-        fact.operand_syms = operand.syms;
-        fact.dest_device = dest.kind;
-        fact.dest_syms = dest.syms;
+        fact.operand = operand;
+        fact.dest = dest;
         // The devices of the arguments, for the crate-wide parameter analysis; kept only when one
         // of them says something (a call with none stands for "unknown" in every position).
         let args = call.args();
@@ -832,7 +826,20 @@ impl<'a> Collector<'a> {
                 (syn::Member::Unnamed(index), TypeHint::Named(owner)) => Dev::symbolic(
                     DevSym::Field(owner, self.intern_str(&index.index.to_string())),
                 ),
-                _ => Dev::UNKNOWN,
+                // `step.is_done` where `let step = env.step(a)?;`: what the called function
+                // stores in that field of the value it returns.
+                (member, _) => match self.producing_call(&f.base, 0) {
+                    Some(call) => {
+                        let field = match member {
+                            syn::Member::Named(name) => self.intern(name),
+                            syn::Member::Unnamed(index) => {
+                                self.intern_str(&index.index.to_string())
+                            }
+                        };
+                        Dev::symbolic(DevSym::RetField(call, field))
+                    }
+                    None => Dev::UNKNOWN,
+                },
             },
             // `tch::no_grad(|| model(&xs))`: the closure's value.
             Expr::Closure(c) => self.infer_dev(&c.body),
@@ -869,7 +876,7 @@ impl<'a> Collector<'a> {
                 let Expr::Path(p) = &*c.func else {
                     return Dev::UNKNOWN;
                 };
-                let named = named_device(expr);
+                let named = device_of_expr(expr);
                 if named != DeviceKind::Unknown {
                     return Dev::known(named);
                 }
@@ -898,6 +905,31 @@ impl<'a> Collector<'a> {
             }
             _ => Dev::UNKNOWN,
         }
+    }
+
+    /// The recorded call whose value an expression is: the call itself (through `?`, `unwrap`,
+    /// `expect`, references), or the initializer of the local binding it names.
+    fn producing_call(&self, expr: &Expr, hops: usize) -> Option<usize> {
+        let name = match expr {
+            Expr::Try(t) => return self.producing_call(&t.expr, hops),
+            Expr::Paren(p) => return self.producing_call(&p.expr, hops),
+            Expr::Reference(r) => return self.producing_call(&r.expr, hops),
+            Expr::MethodCall(m) if m.method == "unwrap" || m.method == "expect" => {
+                return self.producing_call(&m.receiver, hops);
+            }
+            Expr::MethodCall(m) => m.method.span(),
+            Expr::Call(c) => match &*c.func {
+                Expr::Path(p) => p.path.segments.last()?.ident.span(),
+                _ => return None,
+            },
+            // A binding's initializer, a few bindings deep (`let x = x.f()` shadows `x`).
+            Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 && hops < 3 => {
+                let init = self.lookup(&p.path.segments[0].ident)?.init?;
+                return self.producing_call(init, hops + 1);
+            }
+            _ => return None,
+        };
+        self.call_at.get(&name.byte_range().start).copied()
     }
 
     /// The device of a call's value: known from its operands, else what the recorded call returns

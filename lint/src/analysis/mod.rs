@@ -211,15 +211,12 @@ pub struct CallFact<'a> {
     /// The receiver's type, for method calls, as far as the crate declares it.
     pub recv_ty: TypeHint<'a>,
     /// The device of the value the call works on (the receiver of a method call, the arguments of
-    /// a path call), followed through bindings, chains, transfers and arithmetic in the function.
-    pub operand_device: DeviceKind,
-    /// Where the operand's device comes from when the function alone does not say (a parameter,
-    /// a struct field): resolved across the crate.
-    pub operand_syms: values::Syms<'a>,
-    /// For a transfer (`to_device(d)`, `to(d)`): the device of its destination.
-    pub dest_device: DeviceKind,
-    /// The symbolic source of the destination's device.
-    pub dest_syms: values::Syms<'a>,
+    /// a path call), followed through bindings, chains, transfers and arithmetic in the function;
+    /// symbolic where a parameter, a struct field or a returned value decides (resolved across
+    /// the crate by [`CrateContext::operand_device`]).
+    pub operand: values::Dev<'a>,
+    /// For a transfer (`to_device(d)`, `to(d)`): the device of its destination, likewise.
+    pub dest: values::Dev<'a>,
 }
 
 /// A struct literal's field value: `Trainer { device: dev, .. }`.
@@ -613,22 +610,23 @@ impl<'a> CrateContext<'a> {
         self.analysis.is_statically_cpu(self, file, call)
     }
 
-    /// The device of a call's operand (see [`CallFact::operand_device`]), with parameters and
+    /// The device of a call's operand (see [`CallFact::operand`]), with parameters and
     /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
     pub fn operand_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.analysis.operand_device(self.files, file, call)
+        self.analysis
+            .resolve_now(self.files, file, call, call.operand)
     }
 
     /// The device of a transfer's destination (`d` in `x.to_device(d)`), with parameters and
     /// struct fields settled across the crate; [`DeviceKind::Unknown`] when nothing says.
     pub fn dest_device(&self, file: FileId, call: &CallFact<'_>) -> DeviceKind {
-        self.analysis.dest_device(self.files, file, call)
+        self.analysis.resolve_now(self.files, file, call, call.dest)
     }
 
     /// Whether the destination of a transfer call (`x.to_device(d)`) is statically the CPU: the
     /// destination's own device when known, else as [`Self::is_statically_cpu`] falls back.
     pub fn destination_is_cpu(&self, file: FileId, call: &CallFact<'_>) -> bool {
-        match self.analysis.dest_device(self.files, file, call) {
+        match self.dest_device(file, call) {
             DeviceKind::Cpu => true,
             DeviceKind::Gpu => false,
             DeviceKind::Unknown => self.analysis.program_is_cpu(file),

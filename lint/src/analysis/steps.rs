@@ -629,6 +629,19 @@ impl CrateAnalysis {
             fields: HashMap::new(),
             rets: vec![Seen::None; total],
         };
+        // Every field the crate's struct literals set starts unsettled: until its literals are
+        // resolved, a read of it waits (a field no literal sets is unknown at once). Taking an
+        // unsettled field for unknown would fix every value read from it as unknown for good.
+        for file in files {
+            for init in &file.facts.field_inits {
+                tables
+                    .fields
+                    .entry(init.owner.to_string())
+                    .or_default()
+                    .entry(init.field.to_string())
+                    .or_insert(Seen::None);
+            }
+        }
         // Which functions a call's value can come from: its resolved targets, else (a method the
         // crate defines on several types) every method of that name.
         let value_targets = |fi: usize, ci: usize| -> (Cow<'_, [GlobalFn]>, &[GlobalFn]) {
@@ -737,36 +750,9 @@ impl CrateAnalysis {
         self.memo = memo;
     }
 
-    /// The device a call's operand lives on: what its function says, else what the crate's call
-    /// sites, struct literals and return values say.
-    pub(crate) fn operand_device(
-        &self,
-        files: &[CrateFile<'_>],
-        file: FileId,
-        call: &CallFact<'_>,
-    ) -> DeviceKind {
-        let operand = Dev {
-            kind: call.operand_device,
-            syms: call.operand_syms,
-        };
-        self.resolve_now(files, file, call, operand)
-    }
-
-    /// [`Self::operand_device`] for a transfer's destination.
-    pub(crate) fn dest_device(
-        &self,
-        files: &[CrateFile<'_>],
-        file: FileId,
-        call: &CallFact<'_>,
-    ) -> DeviceKind {
-        let dest = Dev {
-            kind: call.dest_device,
-            syms: call.dest_syms,
-        };
-        self.resolve_now(files, file, call, dest)
-    }
-
-    fn resolve_now(
+    /// The device of `dev`, a value at call `call` of `file` (its operand or destination): what
+    /// its function says, else what the crate's call sites, struct literals and return values say.
+    pub(crate) fn resolve_now(
         &self,
         files: &[CrateFile<'_>],
         file: FileId,
@@ -963,7 +949,7 @@ impl CrateAnalysis {
         file: FileId,
         call: &CallFact<'_>,
     ) -> bool {
-        match self.operand_device(cx.files, file, call) {
+        match self.resolve_now(cx.files, file, call, call.operand) {
             super::DeviceKind::Cpu => return true,
             super::DeviceKind::Gpu => return false,
             super::DeviceKind::Unknown => {}
@@ -1023,6 +1009,20 @@ impl CrateAnalysis {
         }
         self.crate_device.is_cpu_only()
     }
+}
+
+/// The type a function's declared return type holds: `Step`, `Result<Step>`, `PyResult<Step>`,
+/// `anyhow::Result<Step, E>`, `Option<Box<Step>>`.
+fn returned_type_name(ty: &syn::Type) -> Option<String> {
+    if let syn::Type::Path(p) = ty
+        && let Some(last) = p.path.segments.last()
+        && with_ident_str(&last.ident, |name| name.ends_with("Result"))
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+        && let Some(syn::GenericArgument::Type(inner)) = args.args.first()
+    {
+        return returned_type_name(inner);
+    }
+    super::values::type_name(ty, &[])
 }
 
 /// Whether the call's `% N == 0` guard (if any) sits inside loop `l` (so it thins out the steps).
@@ -1288,6 +1288,7 @@ impl Resolver<'_, '_, '_> {
                 .copied()
                 .unwrap_or(Seen::Mixed)
                 .settled(),
+            DevSym::RetField(ci, field) => self.ret_field(fi, ci, field, depth),
             DevSym::Ret(ci) => {
                 let known = self.calls.borrow()[fi]
                     .get(ci)
@@ -1312,6 +1313,50 @@ impl Resolver<'_, '_, '_> {
         }
     }
 
+    /// Field `field` of what call `ci` of file `fi` returns: the values the called functions
+    /// store in fields of that name in the struct literals they build, else what the crate's
+    /// literals store in that field of the declared return type.
+    fn ret_field(&self, fi: usize, ci: usize, field: &str, depth: usize) -> Option<DeviceKind> {
+        let (resolved, by_name) = (self.value_targets)(fi, ci);
+        let found: &[GlobalFn] = if resolved.is_empty() {
+            by_name
+        } else {
+            &resolved
+        };
+        let mut seen = Seen::None;
+        for &(tf, tidx) in found {
+            let facts = &self.files[tf].facts;
+            let mut built = false;
+            for init in &facts.field_inits {
+                if init.fn_idx != Some(tidx) || init.field != field {
+                    continue;
+                }
+                built = true;
+                seen.join(self.dev(tf, init.fn_idx, init.dev, depth + 1)?);
+            }
+            if built {
+                continue;
+            }
+            let declared = match &facts.fns[tidx].sig.output {
+                syn::ReturnType::Type(_, ty) => returned_type_name(ty),
+                syn::ReturnType::Default => None,
+            };
+            match declared
+                .and_then(|ty| self.tables.fields.get(&ty))
+                .and_then(|fields| fields.get(field))
+            {
+                Some(Seen::None) => return None,
+                Some(Seen::One(kind)) => {
+                    seen.join(*kind);
+                }
+                _ => {
+                    seen.join(DeviceKind::Unknown);
+                }
+            }
+        }
+        Some(seen.settled().unwrap_or(DeviceKind::Unknown))
+    }
+
     /// What call `ci` of file `fi` returns.
     fn ret(&self, fi: usize, ci: usize, depth: usize) -> Option<DeviceKind> {
         {
@@ -1319,11 +1364,7 @@ impl Resolver<'_, '_, '_> {
                 let call = self.files[fi].facts.calls.get(ci)?;
                 // Where the call's receiver and arguments live (for a call outside the crate,
                 // where its result lives).
-                let operand = Dev {
-                    kind: call.operand_device,
-                    syms: call.operand_syms,
-                };
-                let from_operands = self.dev(fi, call.fn_idx, operand, depth + 1);
+                let from_operands = self.dev(fi, call.fn_idx, call.operand, depth + 1);
                 let (resolved, by_name) = (self.value_targets)(fi, ci);
                 // A method the crate defines on several types, with an unknown receiver: its
                 // operands speak first (`t.mul(..)` on a tensor), the crate's methods after.

@@ -5,10 +5,9 @@
 //! Types are names (the last path segment): enough to tell an optimizer from an RNN cell or a
 //! metric, and to resolve `x.method()` to the crate's own `impl` of `x`'s type.
 
-use syn::{Expr, GenericParam, Generics, Type, TypeParamBound};
+use syn::{GenericParam, Generics, Type, TypeParamBound};
 
 use super::DeviceKind;
-use super::device::device_of_expr;
 
 /// What the analysis knows of a value's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,8 +34,8 @@ impl<'a> TypeHint<'a> {
 
 /// Where a value's device comes from when the function alone does not say: a parameter (the
 /// arguments at the crate's call sites decide), a struct field (the crate's struct literals
-/// decide), or what a call returns (the crate function it calls decides; a call outside the crate
-/// returns where its operands live).
+/// decide), or what a call returns, or a field of it (the crate function it calls decides; a call
+/// outside the crate returns where its operands live).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DevSym<'a> {
     /// The function's parameter number `.0` (counting typed parameters, not `self`).
@@ -45,6 +44,9 @@ pub enum DevSym<'a> {
     Field(&'a str, &'a str),
     /// The value returned by call number `.0` of the file.
     Ret(usize),
+    /// Field `.1` of the value returned by call number `.0` of the file (`step.is_done` after
+    /// `let step = env.step(action)?`): the struct literals the called function builds decide.
+    RetField(usize, &'a str),
 }
 
 /// The symbolic sources of a value's device: up to two (a method's receiver and its first
@@ -284,15 +286,11 @@ pub(crate) fn is_passthrough_method(name: &str) -> bool {
     )
 }
 
-/// Methods that move a tensor to the device of their argument.
+/// Methods that move a tensor to the device of their argument: candle and burn `to_device`, tch
+/// `to`, `to_device`, `to_device_`, `f_to_device` and `to_kind_device`. The one list of them.
 pub fn is_transfer(name: &str) -> bool {
     matches!(
         name,
         "to_device" | "to" | "to_device_" | "f_to_device" | "to_kind_device"
     )
-}
-
-/// The device an expression names directly (`&Device::Cpu`, `kind::FLOAT_CUDA`, `Device::new_cuda(0)?`).
-pub(crate) fn named_device(expr: &Expr) -> DeviceKind {
-    device_of_expr(expr)
 }

@@ -185,7 +185,7 @@ fn readback(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<
             true,
         ) => uses(Framework::Cudarc),
         // candle `t.to_device(&Device::Cpu)`, tch `t.to_device(Device::Cpu)` / `t.to(Device::Cpu)`.
-        ("to_device" | "to" | "f_to_device", true) => {
+        (name, true) if crate::analysis::values::is_transfer(name) => {
             (uses(Framework::Candle) || uses(Framework::Tch) || uses(Framework::Burn))
                 && call.call.args().len() == 1
                 && cx.device_of(&call.call.args()[0]) == DeviceKind::Cpu
