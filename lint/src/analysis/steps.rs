@@ -617,9 +617,9 @@ impl CrateAnalysis {
             .flat_map(|f| f.facts.fns.iter().map(|g| g.sig.receiver().is_some()))
             .collect();
         // Per file: the calls that reach crate functions, with those functions.
-        let mut sites: Vec<Vec<(usize, Vec<GlobalFn>)>> = vec![Vec::new(); files.len()];
+        let mut sites: Vec<Vec<(usize, &[GlobalFn])>> = vec![Vec::new(); files.len()];
         for (&(fi, ci), found) in &self.resolved_calls {
-            sites[fi].push((ci, found.clone()));
+            sites[fi].push((ci, found));
         }
         for file_sites in &mut sites {
             file_sites.sort_unstable_by_key(|(ci, _)| *ci);
@@ -667,75 +667,106 @@ impl CrateAnalysis {
                 .map(|f| vec![Memo::Unvisited; f.facts.calls.len()])
                 .collect::<Vec<_>>(),
         );
-        for _round in 0..8 {
+        // What the rounds join, in the order they join it: every argument passed to a crate
+        // function, struct literal field and returned value. An item whose device is known (or
+        // unknown with nothing to look up) joins the same kind in every round, and joining a kind
+        // twice changes nothing, so only the first round joins it; later rounds look again only
+        // at the symbolic ones, in the same order (the per-round memo sees the same sequence).
+        let mut items: Vec<DevItem<'_>> = Vec::new();
+        for (fi, file) in files.iter().enumerate() {
+            // Parameters, from the arguments at each call site that reaches the crate.
+            for (ci, all_targets) in &sites[fi] {
+                let ci = *ci;
+                let call = &file.facts.calls[ci];
+                let nargs = call.call.args().len();
+                if nargs == 0 {
+                    continue;
+                }
+                let devs: Option<&[Dev<'_>]> = file
+                    .facts
+                    .arg_devs
+                    .binary_search_by_key(&ci, |(c, _)| *c)
+                    .ok()
+                    .map(|at| &file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()]);
+                for &(tf, tidx) in all_targets.iter() {
+                    let g = self.fn_offsets[tf] + tidx;
+                    // `Type::method(x, ..)` passes `self` first.
+                    let skip = usize::from(!call.call.is_method() && has_receiver[g]);
+                    for i in 0..nargs.saturating_sub(skip) {
+                        if i >= tables.params[g].len() {
+                            break;
+                        }
+                        let dev = devs.map_or(Dev::UNKNOWN, |d| d[i + skip]);
+                        items.push(DevItem {
+                            fi,
+                            fn_idx: call.fn_idx,
+                            dev,
+                            slot: DevSlot::Param(g, i),
+                        });
+                    }
+                }
+            }
+            for init in &file.facts.field_inits {
+                items.push(DevItem {
+                    fi,
+                    fn_idx: init.fn_idx,
+                    dev: init.dev,
+                    slot: DevSlot::Field(init.owner, init.field),
+                });
+            }
+            for &(f, dev) in &file.facts.returns {
+                items.push(DevItem {
+                    fi,
+                    fn_idx: Some(f),
+                    dev,
+                    slot: DevSlot::Ret(self.fn_offsets[fi] + f),
+                });
+            }
+        }
+        drop(sites);
+        let symbolic: Vec<DevItem<'_>> = items
+            .iter()
+            .filter(|item| {
+                item.dev.kind == DeviceKind::Unknown && item.dev.syms.iter().any(Option::is_some)
+            })
+            .copied()
+            .collect();
+        let mut snapshot = DeviceTables::default();
+        for round in 0..8 {
             let mut changed = false;
-            let snapshot = tables.clone();
+            snapshot.params.clone_from(&tables.params);
+            snapshot.fields.clone_from(&tables.fields);
+            snapshot.rets.clone_from(&tables.rets);
             for file_memo in memo.borrow_mut().iter_mut() {
                 file_memo.fill(Memo::Unvisited);
             }
-            let round = Resolver {
+            let resolver = Resolver {
                 files,
                 offsets: &offsets,
                 tables: &snapshot,
                 value_targets: &value_targets,
                 calls: &memo,
             };
-            let resolver = |_: &DeviceTables, fi: usize, fn_idx: Option<usize>, dev: Dev<'_>| {
-                round.dev(fi, fn_idx, dev, 0)
-            };
-            let snapshot = &snapshot;
-            for (fi, file) in files.iter().enumerate() {
-                // Parameters, from the arguments at each call site that reaches the crate.
-                for (ci, all_targets) in &sites[fi] {
-                    let ci = *ci;
-                    let call = &file.facts.calls[ci];
-                    let nargs = call.call.args().len();
-                    if nargs == 0 {
-                        continue;
-                    }
-                    let devs: Option<&[Dev<'_>]> = file
-                        .facts
-                        .arg_devs
-                        .binary_search_by_key(&ci, |(c, _)| *c)
-                        .ok()
-                        .map(|at| &file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()]);
-                    for &(tf, tidx) in all_targets {
-                        let g = self.fn_offsets[tf] + tidx;
-                        // `Type::method(x, ..)` passes `self` first.
-                        let skip = usize::from(!call.call.is_method() && has_receiver[g]);
-                        for i in 0..nargs.saturating_sub(skip) {
-                            if i >= tables.params[g].len() {
-                                break;
-                            }
-                            let dev = devs.map_or(Dev::UNKNOWN, |d| d[i + skip]);
-                            let kind = match resolver(snapshot, fi, call.fn_idx, dev) {
-                                Some(kind) => kind,
-                                None => continue,
-                            };
-                            changed |= tables.params[g][i].join(kind);
+            let round_items = if round == 0 { &items } else { &symbolic };
+            for item in round_items {
+                let Some(kind) = resolver.dev(item.fi, item.fn_idx, item.dev, 0) else {
+                    continue;
+                };
+                let slot = match item.slot {
+                    DevSlot::Param(g, i) => &mut tables.params[g][i],
+                    DevSlot::Field(owner, field) => {
+                        let owner = match tables.fields.get_mut(owner) {
+                            Some(owner) => owner,
+                            None => tables.fields.entry(owner.to_string()).or_default(),
+                        };
+                        match owner.get_mut(field) {
+                            Some(slot) => slot,
+                            None => owner.entry(field.to_string()).or_insert(Seen::None),
                         }
                     }
-                }
-                for init in &file.facts.field_inits {
-                    let Some(kind) = resolver(snapshot, fi, init.fn_idx, init.dev) else {
-                        continue;
-                    };
-                    let owner = match tables.fields.get_mut(init.owner) {
-                        Some(owner) => owner,
-                        None => tables.fields.entry(init.owner.to_string()).or_default(),
-                    };
-                    let slot = match owner.get_mut(init.field) {
-                        Some(slot) => slot,
-                        None => owner.entry(init.field.to_string()).or_insert(Seen::None),
-                    };
-                    changed |= slot.join(kind);
-                }
-                for &(f, dev) in &file.facts.returns {
-                    let Some(kind) = resolver(snapshot, fi, Some(f), dev) else {
-                        continue;
-                    };
-                    changed |= tables.rets[self.fn_offsets[fi] + f].join(kind);
-                }
+                    DevSlot::Ret(g) => &mut tables.rets[g],
+                };
+                changed |= slot.join(kind);
             }
             if !changed {
                 break;
@@ -1197,6 +1228,27 @@ impl Seen {
             Seen::Mixed => Some(DeviceKind::Unknown),
         }
     }
+}
+
+/// One value the fixed point of [`CrateAnalysis::resolve_devices`] joins into the tables.
+#[derive(Clone, Copy)]
+struct DevItem<'a> {
+    /// The file and function the value is in.
+    fi: usize,
+    fn_idx: Option<usize>,
+    /// Its device, as the function alone says.
+    dev: Dev<'a>,
+    /// Where it goes.
+    slot: DevSlot<'a>,
+}
+
+/// The table entry a [`DevItem`] joins: a parameter (global function, index), a struct field
+/// (owner, field), or a function's return value (global function).
+#[derive(Clone, Copy)]
+enum DevSlot<'a> {
+    Param(usize, usize),
+    Field(&'a str, &'a str),
+    Ret(usize),
 }
 
 /// What is known of a call's return value during one round of the fixed point.
