@@ -281,22 +281,25 @@ fn push_findings(
 /// the others are still linted), lower to facts, analyse step loops, run each rule's Python check.
 fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     let mut output = CrateOutput::default();
-    let mut parsed = Vec::with_capacity(job.files.len());
+    // Each file's facts are collected right after it is parsed, while its tree is still in cache;
+    // the arena keeps the trees alive (and in place) for the rules.
+    let parsed: typed_arena::Arena<crate::python::PyFile> =
+        typed_arena::Arena::with_capacity(job.files.len());
+    let mut units: Vec<crate::python::PyUnit<'_>> = Vec::with_capacity(job.files.len());
     for path in &job.files {
         match read_source(path)
             .and_then(|source| crate::python::PyFile::parse(path.clone(), source))
         {
-            Ok(file) => parsed.push(file),
+            Ok(file) => {
+                let file: &crate::python::PyFile = parsed.alloc(file);
+                units.push(crate::python::PyUnit {
+                    file,
+                    facts: crate::python::facts::collect(file),
+                });
+            }
             Err(err) => output.errors.push(err),
         }
     }
-    let units: Vec<crate::python::PyUnit<'_>> = parsed
-        .iter()
-        .map(|file| crate::python::PyUnit {
-            file,
-            facts: crate::python::facts::collect(file),
-        })
-        .collect();
     let config = &job.config;
     let cx = crate::python::PyContext::build(&units, config);
     let enabled = |code: &str| config.is_enabled(code, &options.select, &options.ignore);

@@ -363,7 +363,7 @@ impl<'a> PyContext<'a> {
                         .iter()
                         .any(|&(g, gi)| reaches[g][gi]);
                 if step {
-                    for &l in &call.loops {
+                    for &l in call.loops.iter() {
                         self.step_loop[f][l] = true;
                     }
                 }
@@ -418,7 +418,7 @@ impl<'a> PyContext<'a> {
                     .iter()
                     .any(|&(g, gi)| self.has_step_loop[g][gi])
                 {
-                    for &l in &call.loops {
+                    for &l in call.loops.iter() {
                         if self.step_loop[f][l] {
                             self.outer_loop[f][l] = true;
                         }
