@@ -91,7 +91,8 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         let config = match &explicit {
             Some(config) => config.clone(),
             None => {
-                let dir = if root.is_dir() {
+                // A Python package root is always a directory (no `stat` needed).
+                let dir = if python || root.is_dir() {
                     root.clone()
                 } else {
                     root.parent().map(Path::to_path_buf).unwrap_or_default()
@@ -570,7 +571,11 @@ fn read_source(path: &Path) -> Result<String, FileError> {
         message,
         line,
     };
-    let meta = std::fs::metadata(path).map_err(|e| error(walk::io_message(&e), None))?;
+    // One open and one `fstat` per file (not a `stat` of the path and then `std::fs::read`'s own).
+    let mut file = std::fs::File::open(path).map_err(|e| error(walk::io_message(&e), None))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| error(walk::io_message(&e), None))?;
     if meta.len() > MAX_FILE_BYTES {
         return Err(error(
             format!(
@@ -581,7 +586,9 @@ fn read_source(path: &Path) -> Result<String, FileError> {
             None,
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| error(walk::io_message(&e), None))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    std::io::Read::read_to_end(&mut file, &mut bytes)
+        .map_err(|e| error(walk::io_message(&e), None))?;
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(error(
             "binary file (contains NUL bytes), not linted".into(),

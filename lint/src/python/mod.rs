@@ -37,8 +37,11 @@ pub struct PyFile {
     pub path: PathBuf,
     /// The source text.
     pub source: String,
-    /// The syntax tree and tokens.
-    pub parsed: Parsed<ModModule>,
+    /// The syntax tree (the tokens are dropped right after parsing, all but the comments that
+    /// may hold suppressions).
+    module: ModModule,
+    /// The ranges of the comments, when the source mentions `perfkit:` or `noqa` (else empty).
+    pub(crate) comments: Vec<TextRange>,
     /// Byte offset of the start of each line (computed when first needed).
     line_starts: OnceLock<Vec<usize>>,
     /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
@@ -78,10 +81,21 @@ impl PyFile {
             }
         };
         let test_file = is_test_path(&path);
+        let comments = if suppress::may_suppress(&source) {
+            parsed
+                .tokens()
+                .iter()
+                .filter(|token| token.kind() == ruff_python_ast::token::TokenKind::Comment)
+                .map(Ranged::range)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(PyFile {
             path,
             source,
-            parsed,
+            module: parsed.into_syntax(),
+            comments,
             line_starts: OnceLock::new(),
             test_file,
         })
@@ -89,7 +103,7 @@ impl PyFile {
 
     /// The module's statements.
     pub fn module(&self) -> &ModModule {
-        self.parsed.syntax()
+        &self.module
     }
 
     /// 1-based line of a byte offset.

@@ -445,7 +445,8 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
             continue;
         }
-        if reported_package || cx.mixed_precision() || !python_names::is_optimizer_constructor(path)
+        // The package-wide text scan last: it reads every file of the package.
+        if reported_package || !python_names::is_optimizer_constructor(path) || cx.mixed_precision()
         {
             continue;
         }
