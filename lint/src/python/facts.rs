@@ -328,10 +328,10 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let shared_loops = self.shared_loops.take();
                 let guard = self.guard.take();
                 let no_grad = std::mem::take(&mut self.no_grad);
-                let decorated_no_grad = def
-                    .decorator_list
-                    .iter()
-                    .any(|d| self.dotted(strip_call(&d.expression)).is_some_and(|p| is_no_grad(&p)));
+                let decorated_no_grad = def.decorator_list.iter().any(|d| {
+                    self.dotted(strip_call(&d.expression))
+                        .is_some_and(|p| is_no_grad(&p))
+                });
                 if decorated_no_grad {
                     self.no_grad += 1;
                 }
@@ -431,7 +431,10 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let mut bump = 0;
                 for item in &w.items {
                     self.visit_expr(&item.context_expr);
-                    if self.dotted(strip_call(&item.context_expr)).is_some_and(|p| is_no_grad(&p)) {
+                    if self
+                        .dotted(strip_call(&item.context_expr))
+                        .is_some_and(|p| is_no_grad(&p))
+                    {
                         bump += 1;
                     }
                     if let Some(vars) = &item.optional_vars {

@@ -71,7 +71,8 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
 /// are its comments kept after parsing.
 pub(crate) fn may_suppress(source: &str) -> bool {
     let bytes = source.as_bytes();
-    memchr::memmem::find(bytes, b"perfkit:").is_some() || memchr::memmem::find(bytes, b"noqa").is_some()
+    memchr::memmem::find(bytes, b"perfkit:").is_some()
+        || memchr::memmem::find(bytes, b"noqa").is_some()
 }
 
 /// Codes of a list: `PK101, PK202`. For `noqa`, codes of other tools are dropped and the list
