@@ -91,7 +91,8 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         let config = match &explicit {
             Some(config) => config.clone(),
             None => {
-                let dir = if root.is_dir() {
+                // A Python package root is always a directory (no `stat` needed).
+                let dir = if python || root.is_dir() {
                     root.clone()
                 } else {
                     root.parent().map(Path::to_path_buf).unwrap_or_default()
@@ -286,10 +287,10 @@ fn read_python(path: &Path) -> Result<crate::python::PyFile, FileError> {
 
 /// Moves the findings of notebooks from lines of the module built from their code cells to the
 /// cell and the line within it, and drops their fixes: perfkit does not rewrite notebooks.
-fn map_notebook_findings(files: &[crate::python::PyFile], diagnostics: &mut [Diagnostic]) {
-    let notebooks: HashMap<&Path, &crate::python::notebook::CellIndex> = files
+fn map_notebook_findings(units: &[crate::python::PyUnit<'_>], diagnostics: &mut [Diagnostic]) {
+    let notebooks: HashMap<&Path, &crate::python::notebook::CellIndex> = units
         .iter()
-        .filter_map(|f| Some((f.path.as_path(), f.notebook.as_ref()?)))
+        .filter_map(|u| Some((u.file.path.as_path(), u.file.notebook.as_ref()?)))
         .collect();
     if notebooks.is_empty() {
         return;
@@ -349,20 +350,23 @@ fn push_findings(
 /// the others are still linted), lower to facts, analyse step loops, run each rule's Python check.
 fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     let mut output = CrateOutput::default();
-    let mut parsed = Vec::with_capacity(job.files.len());
+    // Each file's facts are collected right after it is parsed, while its tree is still in cache;
+    // the arena keeps the trees alive (and in place) for the rules.
+    let parsed: typed_arena::Arena<crate::python::PyFile> =
+        typed_arena::Arena::with_capacity(job.files.len());
+    let mut units: Vec<crate::python::PyUnit<'_>> = Vec::with_capacity(job.files.len());
     for path in &job.files {
         match read_python(path) {
-            Ok(file) => parsed.push(file),
+            Ok(file) => {
+                let file: &crate::python::PyFile = parsed.alloc(file);
+                units.push(crate::python::PyUnit {
+                    file,
+                    facts: crate::python::facts::collect(file),
+                });
+            }
             Err(err) => output.errors.push(err),
         }
     }
-    let units: Vec<crate::python::PyUnit<'_>> = parsed
-        .iter()
-        .map(|file| crate::python::PyUnit {
-            file,
-            facts: crate::python::facts::collect(file),
-        })
-        .collect();
     let config = &job.config;
     let cx = crate::python::PyContext::build(&units, config);
     let enabled = |code: &str| config.is_enabled(code, &options.select, &options.ignore);
@@ -390,7 +394,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         }
     }
     apply_suppression_lists(by_path, &mut output.diagnostics, &enabled);
-    map_notebook_findings(&parsed, &mut output.diagnostics);
+    map_notebook_findings(&units, &mut output.diagnostics);
     output
 }
 
@@ -640,7 +644,11 @@ fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
         message,
         line,
     };
-    let meta = std::fs::metadata(path).map_err(|e| error(walk::io_message(&e), None))?;
+    // One open and one `fstat` per file (not a `stat` of the path and then `std::fs::read`'s own).
+    let mut file = std::fs::File::open(path).map_err(|e| error(walk::io_message(&e), None))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| error(walk::io_message(&e), None))?;
     if meta.len() > limit {
         return Err(error(
             format!(
@@ -651,7 +659,9 @@ fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
             None,
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| error(walk::io_message(&e), None))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    std::io::Read::read_to_end(&mut file, &mut bytes)
+        .map_err(|e| error(walk::io_message(&e), None))?;
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(error(
             "binary file (contains NUL bytes), not linted".into(),

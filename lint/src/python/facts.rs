@@ -1,6 +1,9 @@
 //! Lowering a Python module into facts: functions, loops, calls and bindings, each with the context
 //! it runs in (function, enclosing loops, `% N` guards, `torch.no_grad()`, test code).
 
+use std::borrow::Cow;
+use std::rc::Rc;
+
 use rustc_hash::FxHashMap;
 
 use ruff_python_ast::visitor::{self, Visitor};
@@ -46,8 +49,8 @@ pub struct PyCall<'a> {
     /// Start offset of the call.
     pub start: usize,
     /// Dotted callee (`torch.cuda.synchronize`, `loss.item`, `self.log`), if the callee is a name or
-    /// an attribute chain over names.
-    pub path: Option<String>,
+    /// an attribute chain over names (borrowed from the source where it is written plainly).
+    pub path: Option<Cow<'a, str>>,
     /// The method name when the callee is an attribute (`item` of `loss.item()`).
     pub method: Option<&'a str>,
     /// What the method is called on.
@@ -55,8 +58,8 @@ pub struct PyCall<'a> {
     /// The function name when the callee is a plain name (`float` of `float(t)`).
     pub func_name: Option<&'a str>,
     pub fn_idx: Option<usize>,
-    /// Enclosing loops, outermost first.
-    pub loops: Vec<usize>,
+    /// Enclosing loops, outermost first (shared by the facts of one loop nest).
+    pub loops: Rc<[usize]>,
     /// The number of loops around the innermost `if step % N == 0` guard around the call.
     pub guard: Option<usize>,
     /// Under `torch.no_grad()` / `torch.inference_mode()`.
@@ -70,8 +73,9 @@ impl PyCall<'_> {
     /// A short name for notes: `train_one_epoch`, `self.log`.
     pub fn display_name(&self) -> String {
         self.path
-            .clone()
-            .or_else(|| self.method.map(str::to_string))
+            .as_deref()
+            .or(self.method)
+            .map(str::to_string)
             .unwrap_or_else(|| "call".to_string())
     }
 
@@ -98,12 +102,12 @@ pub fn keyword<'e>(call: &'e ExprCall, name: &str) -> Option<&'e Expr> {
 /// An assignment `name = value` (also `self.x = value`, the elements of `a, b = c, d`, loop targets).
 #[derive(Debug)]
 pub struct PyAssign<'a> {
-    pub name: String,
+    pub name: Cow<'a, str>,
     pub value: &'a Expr,
     /// Where the binding takes effect: the end of an assignment, the start of a `for`.
     pub at: usize,
     pub fn_idx: Option<usize>,
-    pub loops: Vec<usize>,
+    pub loops: Rc<[usize]>,
     /// Bound by a `for` over something (the value is the iterated expression).
     pub loop_target: bool,
     /// The loop that binds it, for loop targets.
@@ -117,7 +121,7 @@ pub struct PyAccumulate<'a> {
     pub value: &'a Expr,
     pub range: TextRange,
     pub fn_idx: Option<usize>,
-    pub loops: Vec<usize>,
+    pub loops: Rc<[usize]>,
     pub guard: Option<usize>,
     pub no_grad: bool,
     pub in_test: bool,
@@ -131,7 +135,7 @@ pub struct PyFacts<'a> {
     pub calls: Vec<PyCall<'a>>,
     pub assigns: Vec<PyAssign<'a>>,
     /// Assignment indices by name.
-    pub assigns_by_name: FxHashMap<String, Vec<usize>>,
+    pub assigns_by_name: FxHashMap<Cow<'a, str>, Vec<usize>>,
     pub accumulates: Vec<PyAccumulate<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
@@ -140,10 +144,12 @@ pub struct PyFacts<'a> {
 /// Lowers a module into facts.
 pub fn collect(file: &PyFile) -> PyFacts<'_> {
     let mut collector = Collector {
+        source: &file.source,
         facts: PyFacts::default(),
         fn_stack: Vec::new(),
         class_stack: Vec::new(),
         loops: Vec::new(),
+        shared_loops: None,
         guard: None,
         no_grad: 0,
         test: file.test_file,
@@ -154,9 +160,9 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         collector.visit_stmt(stmt);
     }
     let mut facts = collector.facts;
-    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+    let mut by_name: FxHashMap<Cow<'_, str>, Vec<usize>> = FxHashMap::default();
     for (i, assign) in facts.assigns.iter().enumerate() {
-        match by_name.get_mut(assign.name.as_str()) {
+        match by_name.get_mut(assign.name.as_ref()) {
             Some(list) => list.push(i),
             None => {
                 by_name.insert(assign.name.clone(), vec![i]);
@@ -168,10 +174,13 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
 }
 
 struct Collector<'a> {
+    source: &'a str,
     facts: PyFacts<'a>,
     fn_stack: Vec<usize>,
     class_stack: Vec<(&'a str, bool)>,
     loops: Vec<usize>,
+    /// `loops` as the facts share it, until `loops` changes.
+    shared_loops: Option<Rc<[usize]>>,
     guard: Option<usize>,
     no_grad: usize,
     test: bool,
@@ -186,6 +195,18 @@ impl<'a> Collector<'a> {
 
     fn in_test(&self) -> bool {
         self.test || self.test_depth > 0
+    }
+
+    /// The enclosing loops, shared between the facts recorded at the same loop depth.
+    fn loop_stack(&mut self) -> Rc<[usize]> {
+        self.shared_loops
+            .get_or_insert_with(|| Rc::from(self.loops.as_slice()))
+            .clone()
+    }
+
+    /// The dotted name of an expression (see [`dotted`]), borrowed from the source when possible.
+    fn dotted(&self, expr: &'a Expr) -> Option<Cow<'a, str>> {
+        dotted_in(self.source, expr)
     }
 
     fn bind(&mut self, target: &'a Expr, value: &'a Expr, at: usize) {
@@ -204,13 +225,14 @@ impl<'a> Collector<'a> {
                 }
             }
             _ => {
-                if let Some(name) = dotted(target) {
+                if let Some(name) = self.dotted(target) {
+                    let loops = self.loop_stack();
                     self.facts.assigns.push(PyAssign {
                         name,
                         value,
                         at,
                         fn_idx: self.fn_idx(),
-                        loops: self.loops.clone(),
+                        loops,
                         loop_target: false,
                         target_of: None,
                     });
@@ -224,7 +246,7 @@ impl<'a> Collector<'a> {
         // loader.
         if let (Expr::Tuple(t), Expr::Call(call)) = (target, iter)
             && t.elts.len() == 2
-            && dotted(&call.func).as_deref() == Some("enumerate")
+            && self.dotted(&call.func).as_deref() == Some("enumerate")
             && let Some(inner) = call.arguments.args.first()
         {
             self.bind(&t.elts[0], &t.elts[0], at);
@@ -243,13 +265,14 @@ impl<'a> Collector<'a> {
                 }
             }
             _ => {
-                if let Some(name) = dotted(target) {
+                if let Some(name) = self.dotted(target) {
+                    let loops = self.loop_stack();
                     self.facts.assigns.push(PyAssign {
                         name,
                         value: iter,
                         at,
                         fn_idx: self.fn_idx(),
-                        loops: self.loops.clone(),
+                        loops,
                         loop_target: true,
                         target_of: Some(loop_idx),
                     });
@@ -273,6 +296,7 @@ impl<'a> Collector<'a> {
             body_start,
         });
         self.loops.push(idx);
+        self.shared_loops = None;
         idx
     }
 }
@@ -301,12 +325,13 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 });
                 // Loops and guards do not cross a function boundary.
                 let loops = std::mem::take(&mut self.loops);
+                let shared_loops = self.shared_loops.take();
                 let guard = self.guard.take();
                 let no_grad = std::mem::take(&mut self.no_grad);
-                let decorated_no_grad = def
-                    .decorator_list
-                    .iter()
-                    .any(|d| dotted(strip_call(&d.expression)).is_some_and(|p| is_no_grad(&p)));
+                let decorated_no_grad = def.decorator_list.iter().any(|d| {
+                    self.dotted(strip_call(&d.expression))
+                        .is_some_and(|p| is_no_grad(&p))
+                });
                 if decorated_no_grad {
                     self.no_grad += 1;
                 }
@@ -319,6 +344,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 self.fn_stack.pop();
                 self.test_depth -= test_bump;
                 self.loops = loops;
+                self.shared_loops = shared_loops;
                 self.guard = guard;
                 self.no_grad = no_grad;
             }
@@ -333,7 +359,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     || class.arguments.as_ref().is_some_and(|a| {
                         a.args
                             .iter()
-                            .any(|b| dotted(b).is_some_and(|p| p.ends_with("TestCase")))
+                            .any(|b| self.dotted(b).is_some_and(|p| p.ends_with("TestCase")))
                     });
                 self.class_stack.push((name, is_test || self.in_test()));
                 for s in &class.body {
@@ -360,6 +386,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     self.visit_stmt(s);
                 }
                 self.loops.pop();
+                self.shared_loops = None;
                 for s in &f.orelse {
                     self.visit_stmt(s);
                 }
@@ -376,6 +403,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     self.visit_stmt(s);
                 }
                 self.loops.pop();
+                self.shared_loops = None;
                 for s in &w.orelse {
                     self.visit_stmt(s);
                 }
@@ -409,7 +437,10 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let mut bump = 0;
                 for item in &w.items {
                     self.visit_expr(&item.context_expr);
-                    if dotted(strip_call(&item.context_expr)).is_some_and(|p| is_no_grad(&p)) {
+                    if self
+                        .dotted(strip_call(&item.context_expr))
+                        .is_some_and(|p| is_no_grad(&p))
+                    {
                         bump += 1;
                     }
                     if let Some(vars) = &item.optional_vars {
@@ -440,15 +471,16 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     // `total = total + loss` accumulates like `total += loss`.
                     if let Expr::BinOp(bin) = &*a.value
                         && bin.op == Operator::Add
-                        && dotted(target).is_some()
-                        && dotted(target) == dotted(&bin.left)
+                        && let Some(name) = self.dotted(target)
+                        && self.dotted(&bin.left) == Some(name)
                     {
+                        let loops = self.loop_stack();
                         self.facts.accumulates.push(PyAccumulate {
                             target,
                             value: &bin.right,
                             range: a.range,
                             fn_idx: self.fn_idx(),
-                            loops: self.loops.clone(),
+                            loops,
                             guard: self.guard,
                             no_grad: self.no_grad > 0,
                             in_test: self.in_test(),
@@ -467,12 +499,13 @@ impl<'a> Visitor<'a> for Collector<'a> {
             Stmt::AugAssign(a) => {
                 self.visit_expr(&a.value);
                 if a.op == Operator::Add {
+                    let loops = self.loop_stack();
                     self.facts.accumulates.push(PyAccumulate {
                         target: &a.target,
                         value: &a.value,
                         range: a.range,
                         fn_idx: self.fn_idx(),
-                        loops: self.loops.clone(),
+                        loops,
                         guard: self.guard,
                         no_grad: self.no_grad > 0,
                         in_test: self.in_test(),
@@ -494,15 +527,17 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     Expr::Name(name) => Some(name.id.as_str()),
                     _ => None,
                 };
+                let path = self.dotted(&call.func);
+                let loops = self.loop_stack();
                 self.facts.calls.push(PyCall {
                     call,
                     start: call.start().to_usize(),
-                    path: dotted(&call.func),
+                    path,
                     method,
                     receiver,
                     func_name,
                     fn_idx: self.fn_idx(),
-                    loops: self.loops.clone(),
+                    loops,
                     guard: self.guard,
                     no_grad: self.no_grad > 0,
                     in_test: self.in_test(),
@@ -568,6 +603,35 @@ pub fn dotted(expr: &Expr) -> Option<String> {
             base.push('.');
             base.push_str(attr.attr.as_str());
             Some(base)
+        }
+        _ => None,
+    }
+}
+
+/// [`dotted`] of an expression of `source`: borrowed from the source when the chain is written
+/// plainly there (`a.b.c`: only ASCII name characters and dots, so the text is the names joined
+/// with dots), else built.
+fn dotted_in<'a>(source: &'a str, expr: &'a Expr) -> Option<Cow<'a, str>> {
+    match expr {
+        Expr::Name(name) => Some(Cow::Borrowed(name.id.as_str())),
+        Expr::Attribute(_) => {
+            let mut base = expr;
+            while let Expr::Attribute(attr) = base {
+                base = &attr.value;
+            }
+            if !matches!(base, Expr::Name(_)) {
+                return None;
+            }
+            let text = source
+                .get(expr.start().to_usize()..expr.end().to_usize())
+                .filter(|text| {
+                    text.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+                });
+            match text {
+                Some(text) => Some(Cow::Borrowed(text)),
+                None => dotted(expr).map(Cow::Owned),
+            }
         }
         _ => None,
     }

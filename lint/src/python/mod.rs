@@ -38,8 +38,11 @@ pub struct PyFile {
     pub path: PathBuf,
     /// The source text.
     pub source: String,
-    /// The syntax tree and tokens.
-    pub parsed: Parsed<ModModule>,
+    /// The syntax tree (the tokens are dropped right after parsing, all but the comments that
+    /// may hold suppressions).
+    module: ModModule,
+    /// The ranges of the comments, when the source mentions `perfkit:` or `noqa` (else empty).
+    pub(crate) comments: Vec<TextRange>,
     /// Byte offset of the start of each line (computed when first needed).
     line_starts: OnceLock<Vec<usize>>,
     /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
@@ -94,15 +97,37 @@ impl PyFile {
                 });
             }
         };
+        Ok(Self::from_parsed(path, source, parsed, None))
+    }
+
+    /// A parsed file: the tree kept, the tokens dropped (only comment ranges are kept, and only
+    /// where a suppression may be written).
+    fn from_parsed(
+        path: PathBuf,
+        source: String,
+        parsed: Parsed<ModModule>,
+        notebook: Option<notebook::CellIndex>,
+    ) -> PyFile {
         let test_file = is_test_path(&path);
-        Ok(PyFile {
+        let comments = if suppress::may_suppress(&source) {
+            parsed
+                .tokens()
+                .iter()
+                .filter(|token| token.kind() == ruff_python_ast::token::TokenKind::Comment)
+                .map(Ranged::range)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        PyFile {
             path,
             source,
-            parsed,
+            module: parsed.into_syntax(),
+            comments,
             line_starts: OnceLock::new(),
             test_file,
-            notebook: None,
-        })
+            notebook,
+        }
     }
 
     /// Reads a notebook's JSON text (see [`notebook`]): its Python code cells as one module. A
@@ -131,15 +156,7 @@ impl PyFile {
                 });
             }
         };
-        let test_file = is_test_path(&path);
-        Ok(PyFile {
-            path,
-            source,
-            parsed,
-            line_starts: OnceLock::new(),
-            test_file,
-            notebook: Some(nb.index),
-        })
+        Ok(Self::from_parsed(path, source, parsed, Some(nb.index)))
     }
 
     /// How a message names the line of byte `offset`: `line 12`, or `cell 3, line 2` in a notebook.
@@ -161,7 +178,7 @@ impl PyFile {
 
     /// The module's statements.
     pub fn module(&self) -> &ModModule {
-        self.parsed.syntax()
+        &self.module
     }
 
     /// 1-based line of a byte offset.
@@ -460,7 +477,7 @@ impl<'a> PyContext<'a> {
                         .iter()
                         .any(|&(g, gi)| reaches[g][gi]);
                 if step {
-                    for &l in &call.loops {
+                    for &l in call.loops.iter() {
                         self.step_loop[f][l] = true;
                     }
                 }
@@ -515,7 +532,7 @@ impl<'a> PyContext<'a> {
                     .iter()
                     .any(|&(g, gi)| self.has_step_loop[g][gi])
                 {
-                    for &l in &call.loops {
+                    for &l in call.loops.iter() {
                         if self.step_loop[f][l] {
                             self.outer_loop[f][l] = true;
                         }

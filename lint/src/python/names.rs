@@ -153,7 +153,9 @@ pub fn is_optimizer_name(name: &str) -> bool {
 
 /// An optimizer constructor: `torch.optim.SGD`, `optim.AdamW`, `AdamW`, `bnb.optim.Adam8bit`.
 pub fn is_optimizer_constructor(path: &str) -> bool {
-    if path.contains("optim.") && !path.contains("lr_scheduler") {
+    // Called for every call of a package: a plain scan of the (short) path, no searcher set-up.
+    let has = |needle: &[u8]| path.as_bytes().windows(needle.len()).any(|w| w == needle);
+    if has(b"optim.") && !has(b"lr_scheduler") {
         return true;
     }
     let last = path.rsplit('.').next().unwrap_or(path);

@@ -5,9 +5,6 @@
 //! list may name other tools' codes (`# noqa: E501, PK101`): only `PK` codes are perfkit's; a bare
 //! `# noqa` names no perfkit code and suppresses nothing of perfkit's.
 
-use ruff_python_ast::token::TokenKind;
-use ruff_text_size::Ranged;
-
 use super::PyFile;
 use crate::suppress::{Suppression, allow_list};
 
@@ -15,17 +12,7 @@ use crate::suppress::{Suppression, allow_list};
 pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
     let mut out = Vec::new();
     let source = &file.source;
-    let bytes = source.as_bytes();
-    if memchr::memmem::find(bytes, b"perfkit:").is_none()
-        && memchr::memmem::find(bytes, b"noqa").is_none()
-    {
-        return out;
-    }
-    for token in file.parsed.tokens() {
-        if token.kind() != TokenKind::Comment {
-            continue;
-        }
-        let range = token.range();
+    for &range in &file.comments {
         let start = range.start().to_usize();
         let text = &source[start..range.end().to_usize()];
         let body = text.trim_start_matches('#').trim_start();
@@ -78,6 +65,14 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         });
     }
     out
+}
+
+/// Whether a source may hold a suppression comment (it mentions `perfkit:` or `noqa`): only then
+/// are its comments kept after parsing.
+pub(crate) fn may_suppress(source: &str) -> bool {
+    let bytes = source.as_bytes();
+    memchr::memmem::find(bytes, b"perfkit:").is_some()
+        || memchr::memmem::find(bytes, b"noqa").is_some()
 }
 
 /// Codes of a list: `PK101, PK202`. For `noqa`, codes of other tools are dropped and the list

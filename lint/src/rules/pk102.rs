@@ -213,10 +213,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let Some(hit) = cx.step_hit(file, call) else {
             continue;
         };
-        let what = call
-            .path
-            .clone()
-            .unwrap_or_else(|| ".synchronize".to_string());
+        let what = call.path.as_deref().unwrap_or(".synchronize");
         out.push(
             cx.finding(
                 file,

@@ -449,7 +449,7 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
         .assigns
         .iter()
         .find(|a| !a.loop_target && a.value.range() == range)
-        .map(|a| a.name.as_str())?;
+        .map(|a| a.name.as_ref())?;
     python_names::is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
 }
 

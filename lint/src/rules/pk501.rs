@@ -445,10 +445,11 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
             continue;
         }
+        // The package-wide text scans last: they read every file of the package.
         if reported_package
+            || !python_names::is_optimizer_constructor(path)
             || cx.mixed_precision()
             || cx.cpu_only_program()
-            || !python_names::is_optimizer_constructor(path)
         {
             continue;
         }

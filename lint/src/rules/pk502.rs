@@ -396,9 +396,8 @@ impl<'ast> Visit<'ast> for NamedFinder {
 /// unless gradient accumulation appears in the package. Evaluation loaders (`shuffle=False`,
 /// `val_`/`test_`/`eval_` keywords) are not training batches.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    if cx.grad_accumulation() {
-        return;
-    }
+    // The package-wide text scan (gradient accumulation) only once there is something to report.
+    let start = out.len();
     let min = cx.config.min_batch_size;
     for (file, call) in cx.calls() {
         if call.in_test {
@@ -448,6 +447,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             format!("batch size {value} is below {min}: the GPU does little work per step"),
             "use a larger batch (as memory allows), or accumulate gradients over several batches",
         ));
+    }
+    if out.len() > start && cx.grad_accumulation() {
+        out.truncate(start);
     }
 }
 
