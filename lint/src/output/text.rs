@@ -370,27 +370,40 @@ impl SourceText {
     }
 }
 
-/// Reads each finding's file once: findings come sorted by path, so only the last file is kept.
+/// Reads each finding's file once: findings come sorted by path (and, in a notebook, by cell), so
+/// only the last file, and the last cell of it, is kept.
 #[derive(Debug, Default)]
 pub(super) struct SourceCache {
-    path: Option<(PathBuf, Option<usize>)>,
+    path: Option<PathBuf>,
+    /// The file's text (for a notebook, its JSON).
+    text: Option<String>,
+    cell: Option<usize>,
     source: Option<SourceText>,
 }
 
 impl SourceCache {
     /// The text of `path`, or of its cell `cell` when it is a notebook.
     pub(super) fn get(&mut self, path: &Path, cell: Option<usize>) -> Option<&SourceText> {
-        let key = (path.to_path_buf(), cell);
-        if self.path.as_ref() != Some(&key) {
-            self.path = Some(key);
-            let text = std::fs::read(path)
-                .ok()
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+        let new_file = self.path.as_deref() != Some(path);
+        if new_file {
+            self.path = Some(path.to_path_buf());
+            self.text = None;
+        }
+        if new_file || self.cell != cell {
+            self.cell = cell;
+            if self.text.is_none() {
+                self.text = std::fs::read(path)
+                    .ok()
+                    .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            }
             self.source = match cell {
-                Some(cell) => text
-                    .and_then(|text| crate::python::notebook::cell_source(&text, cell))
+                // The notebook's JSON is kept for its other cells.
+                Some(cell) => self
+                    .text
+                    .as_deref()
+                    .and_then(|text| crate::python::notebook::cell_source(text, cell))
                     .map(SourceText::new),
-                None => text.map(SourceText::new),
+                None => self.text.take().map(SourceText::new),
             };
         }
         self.source.as_ref()

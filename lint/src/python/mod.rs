@@ -283,7 +283,7 @@ pub struct PyContext<'a> {
     call_targets: Vec<Vec<Vec<(usize, usize)>>>,
     mixed_precision: OnceLock<bool>,
     /// See [`PyContext::cpu_only_program`].
-    accelerator: OnceLock<bool>,
+    cpu_only_program: OnceLock<bool>,
     grad_accumulation: OnceLock<bool>,
 }
 
@@ -323,7 +323,7 @@ impl<'a> PyContext<'a> {
             by_name,
             call_targets: Vec::new(),
             mixed_precision: OnceLock::new(),
-            accelerator: OnceLock::new(),
+            cpu_only_program: OnceLock::new(),
             grad_accumulation: OnceLock::new(),
         };
         cx.call_targets = units
@@ -355,7 +355,7 @@ impl<'a> PyContext<'a> {
     /// accelerator (CUDA, a device, a GPU, ...). A library function that receives its model and
     /// batches as arguments is not one: its caller may have put them on a GPU.
     pub fn cpu_only_program(&self) -> bool {
-        *self.accelerator.get_or_init(|| {
+        *self.cpu_only_program.get_or_init(|| {
             let program = self.units.iter().enumerate().any(|(f, u)| {
                 memchr::memmem::find(u.file.source.as_bytes(), b"__main__").is_some()
                     || u.facts
