@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::analysis::{
-    CrateAnalysis, CrateContext, CrateFile, FileId, Framework, Frameworks, SourceFile,
-    collect_facts,
+    CrateAnalysis, CrateContext, CrateFile, ExternalFacts, FileId, Framework, Frameworks,
+    SourceFile, collect_facts,
 };
 use crate::config::{self, Config};
 use crate::diagnostic::{Diagnostic, FileError, Region, Severity};
@@ -47,6 +47,8 @@ struct CrateJob {
 struct CrateOutput {
     diagnostics: Vec<Diagnostic>,
     errors: Vec<FileError>,
+    /// What the crate passes to the unpublished libraries of the run it depends on.
+    exported: Option<ExternalFacts>,
 }
 
 pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
@@ -132,6 +134,17 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     jobs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.root.cmp(&b.root)));
     let total: usize = jobs.iter().map(|j| j.files.len()).sum();
     let done = AtomicUsize::new(0);
+    let feeders = workspace_feeders(&jobs);
+    let waves = waves_of(&feeders);
+    let exports: Vec<bool> = {
+        let mut exports = vec![false; jobs.len()];
+        for list in &feeders {
+            for &d in list {
+                exports[d] = true;
+            }
+        }
+        exports
+    };
 
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let builder = rayon::ThreadPoolBuilder::new()
@@ -141,27 +154,56 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         .build()
         .map_err(|e| LintError::Threads(format!("cannot start worker threads: {e}")))?;
     // Longest job first onto whichever worker is free (a shared queue over the sorted jobs): the
-    // run ends close to max(largest crate, total / workers).
-    let next = AtomicUsize::new(0);
+    // run ends close to max(largest crate, total / workers). A library that only packages of the
+    // run can call waits for them (a later wave), to take their device facts.
     let outputs: Mutex<Vec<(usize, CrateOutput)>> = Mutex::new(Vec::with_capacity(jobs.len()));
-    let workers = pool.current_num_threads().min(jobs.len()).max(1);
-    pool.scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|_| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(index) else {
-                        break;
-                    };
-                    let output = lint_crate_guarded(job, options, &done, total);
-                    outputs
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .push((index, output));
+    let mut exported: HashMap<usize, ExternalFacts> = HashMap::new();
+    for wave in &waves {
+        let next = AtomicUsize::new(0);
+        let inputs: Vec<ExternalFacts> = wave
+            .iter()
+            .map(|&j| {
+                let mut facts = ExternalFacts::default();
+                for d in &feeders[j] {
+                    if let Some(given) = exported.get(d) {
+                        facts.extend(given);
+                    }
                 }
-            });
+                facts
+            })
+            .collect();
+        let workers = pool.current_num_threads().min(wave.len()).max(1);
+        pool.scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|_| {
+                    loop {
+                        let at = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&index) = wave.get(at) else {
+                            break;
+                        };
+                        let output = lint_crate_guarded(
+                            &jobs[index],
+                            options,
+                            &inputs[at],
+                            exports[index],
+                            &done,
+                            total,
+                        );
+                        outputs
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .push((index, output));
+                    }
+                });
+            }
+        });
+        let mut outputs = outputs.lock().unwrap_or_else(|p| p.into_inner());
+        for (index, output) in outputs.iter_mut() {
+            if let Some(facts) = output.exported.take() {
+                exported.insert(*index, facts);
+            }
         }
-    });
+    }
     let mut outputs = outputs
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -223,10 +265,14 @@ mod pool_tests {
 fn lint_crate_guarded(
     job: &CrateJob,
     options: &LintOptions,
+    external: &ExternalFacts,
+    export: bool,
     done: &AtomicUsize,
     total: usize,
 ) -> CrateOutput {
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| lint_crate(job, options)));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        lint_crate(job, options, external, export)
+    }));
     // Parsed files are gone now: release this thread's span table so memory stays bounded.
     proc_macro2::extra::invalidate_current_thread_spans();
     let finished = done.fetch_add(job.files.len(), Ordering::Relaxed) + job.files.len();
@@ -241,6 +287,7 @@ fn lint_crate_guarded(
             .unwrap_or_else(|| "unknown".to_string());
         CrateOutput {
             diagnostics: Vec::new(),
+            exported: None,
             errors: job
                 .files
                 .iter()
@@ -398,7 +445,12 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     output
 }
 
-fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
+fn lint_crate(
+    job: &CrateJob,
+    options: &LintOptions,
+    external: &ExternalFacts,
+    export: bool,
+) -> CrateOutput {
     if job.python {
         return lint_python(job, options);
     }
@@ -440,7 +492,11 @@ fn lint_crate(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         &files,
         &job.config.step_markers,
         framework_package,
+        external,
     );
+    if export {
+        output.exported = Some(analysis.export(&files));
+    }
     analysis.mark_test_code(&mut files);
     for file in &files {
         crate_frameworks = crate_frameworks.union(file.facts.frameworks);
@@ -553,6 +609,150 @@ fn apply_suppression_lists(
                 });
             }
         }
+    }
+}
+
+/// For each job, the jobs whose device facts it takes: the Rust packages of the run that depend
+/// on it by path (directly or through `workspace = true`) when it is not published
+/// (`publish = false`), so that they are the only code that can call it.
+fn workspace_feeders(jobs: &[CrateJob]) -> Vec<Vec<usize>> {
+    let mut feeders = vec![Vec::new(); jobs.len()];
+    let manifests: Vec<Option<Manifest>> = jobs
+        .iter()
+        .map(|j| {
+            (!j.python && j.root.is_dir())
+                .then(|| Manifest::read(&j.root))
+                .flatten()
+        })
+        .collect();
+    let unpublished: HashMap<PathBuf, usize> = manifests
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let m = m.as_ref()?;
+            (!m.publish).then(|| Some((std::fs::canonicalize(&jobs[i].root).ok()?, i)))?
+        })
+        .collect();
+    if unpublished.is_empty() {
+        return feeders;
+    }
+    for (d, manifest) in manifests.iter().enumerate() {
+        let Some(manifest) = manifest else { continue };
+        for dep in &manifest.path_deps {
+            if let Ok(dep) = std::fs::canonicalize(dep)
+                && let Some(&lib) = unpublished.get(&dep)
+                && lib != d
+                && !feeders[lib].contains(&d)
+            {
+                feeders[lib].push(d);
+            }
+        }
+    }
+    feeders
+}
+
+/// The jobs in waves: a job runs in a later wave than every job that feeds it.
+fn waves_of(feeders: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    fn level(j: usize, feeders: &[Vec<usize>], memo: &mut [Option<usize>], depth: usize) -> usize {
+        if let Some(l) = memo[j] {
+            return l;
+        }
+        // Cargo forbids dependency cycles; a malformed tree stops here.
+        if depth > feeders.len() {
+            return 0;
+        }
+        let l = feeders[j]
+            .iter()
+            .map(|&d| level(d, feeders, memo, depth + 1) + 1)
+            .max()
+            .unwrap_or(0);
+        memo[j] = Some(l);
+        l
+    }
+    let mut memo = vec![None; feeders.len()];
+    let mut waves: Vec<Vec<usize>> = Vec::new();
+    for j in 0..feeders.len() {
+        let l = level(j, feeders, &mut memo, 0);
+        if waves.len() <= l {
+            waves.resize(l + 1, Vec::new());
+        }
+        waves[l].push(j);
+    }
+    waves
+}
+
+/// What the engine reads of a package's `Cargo.toml`: whether it is published, and the
+/// directories of its path dependencies.
+struct Manifest {
+    publish: bool,
+    path_deps: Vec<PathBuf>,
+}
+
+impl Manifest {
+    fn read(root: &Path) -> Option<Manifest> {
+        let text = std::fs::read_to_string(root.join("Cargo.toml")).ok()?;
+        let table = text.parse::<toml::Table>().ok()?;
+        let package = table.get("package")?;
+        let mut workspace: Option<Option<(PathBuf, toml::Table)>> = None;
+        let mut workspace_table = || -> Option<(PathBuf, toml::Table)> {
+            workspace
+                .get_or_insert_with(|| {
+                    root.ancestors().skip(1).find_map(|dir| {
+                        let text = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+                        let table = text.parse::<toml::Table>().ok()?;
+                        table
+                            .contains_key("workspace")
+                            .then(|| (dir.to_path_buf(), table))
+                    })
+                })
+                .clone()
+        };
+        let publish = match package.get("publish") {
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(toml::Value::Array(registries)) => !registries.is_empty(),
+            Some(toml::Value::Table(t))
+                if t.get("workspace").and_then(|w| w.as_bool()) == Some(true) =>
+            {
+                workspace_table()
+                    .and_then(|(_, ws)| {
+                        match ws.get("workspace")?.get("package")?.get("publish")? {
+                            toml::Value::Boolean(b) => Some(*b),
+                            toml::Value::Array(registries) => Some(!registries.is_empty()),
+                            _ => None,
+                        }
+                    })
+                    .unwrap_or(true)
+            }
+            _ => true,
+        };
+        let mut path_deps = Vec::new();
+        let mut deps_of = |deps: Option<&toml::Value>| {
+            let Some(deps) = deps.and_then(|d| d.as_table()) else {
+                return;
+            };
+            for (name, spec) in deps {
+                if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
+                    path_deps.push(root.join(path));
+                } else if spec.get("workspace").and_then(|w| w.as_bool()) == Some(true)
+                    && let Some((dir, ws)) = workspace_table()
+                    && let Some(path) = ws
+                        .get("workspace")
+                        .and_then(|w| w.get("dependencies"))
+                        .and_then(|d| d.get(name))
+                        .and_then(|d| d.get("path"))
+                        .and_then(|p| p.as_str())
+                {
+                    path_deps.push(dir.join(path));
+                }
+            }
+        };
+        deps_of(table.get("dependencies"));
+        if let Some(targets) = table.get("target").and_then(|t| t.as_table()) {
+            for target in targets.values() {
+                deps_of(target.get("dependencies"));
+            }
+        }
+        Some(Manifest { publish, path_deps })
     }
 }
 

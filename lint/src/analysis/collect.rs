@@ -14,8 +14,8 @@ use super::values::{
     is_transfer, merge_devs, type_name,
 };
 use super::{
-    CallFact, CallRef, FileFacts, FnFact, GuardKind, LoopFact, SourceFile, StructFact,
-    with_ident_str,
+    CallFact, CallRef, FileFacts, FnFact, GuardKind, LoopFact, SetterCall, SetterDerive,
+    SetterRoot, SourceFile, StructFact, with_ident_str,
 };
 
 /// Deepest expression, type or pattern nesting the analysis follows. Deeper files are reported as
@@ -540,7 +540,29 @@ impl<'a> Collector<'a> {
                             dev: Dev::symbolic(DevSym::Param(position)),
                             init: None,
                         }),
-                        None => self.bind_pattern_names(&t.pat, &mut params),
+                        None => {
+                            let from = params.len();
+                            self.bind_pattern_names(&t.pat, &mut params);
+                            // `Options { device, .. }: Options`: each binding holds that field.
+                            if let (Some(syn::Pat::Struct(pat)), TypeHint::Named(owner)) =
+                                (strip_pat(&t.pat), ty)
+                            {
+                                for field in &pat.fields {
+                                    let (syn::Member::Named(member), Some(syn::Pat::Ident(ident))) =
+                                        (&field.member, strip_pat(&field.pat))
+                                    else {
+                                        continue;
+                                    };
+                                    let member = self.intern(member);
+                                    for binding in
+                                        params[from..].iter_mut().filter(|b| ident.ident == b.name)
+                                    {
+                                        binding.dev = Dev::symbolic(DevSym::Field(owner, member));
+                                        binding.ty = TypeHint::Field(owner, member);
+                                    }
+                                }
+                            }
+                        }
                     }
                     position += 1;
                 }
@@ -880,6 +902,14 @@ impl<'a> Collector<'a> {
                 if named != DeviceKind::Unknown {
                     return Dev::known(named);
                 }
+                // `empty()` where `let empty = || Tensor::zeros(.., device);`: the closure's value.
+                if p.qself.is_none()
+                    && p.path.segments.len() == 1
+                    && let Some(binding) = self.lookup(&p.path.segments[0].ident)
+                    && matches!(binding.init, Some(Expr::Closure(_)))
+                {
+                    return binding.dev;
+                }
                 // tch builds `Tensor::from_slice(..)` (and friends) on the CPU.
                 let n = p.path.segments.len();
                 if n >= 2
@@ -949,6 +979,51 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// Records call `index`, a one-argument method call on `receiver`, as a possible derived
+    /// setter when the start of its chain is known: `Type::f(..)` or a value of a known type.
+    fn setter_call(&mut self, index: usize, receiver: &Expr) {
+        let mut root = receiver;
+        loop {
+            root = match root {
+                Expr::MethodCall(m) => &m.receiver,
+                Expr::Paren(p) => &p.expr,
+                Expr::Reference(r) => &r.expr,
+                Expr::Try(t) => &t.expr,
+                _ => break,
+            };
+        }
+        let root = match root {
+            Expr::Call(c) => {
+                let Expr::Path(p) = &*c.func else { return };
+                let n = p.path.segments.len();
+                if n < 2 {
+                    return;
+                }
+                let last = &p.path.segments[n - 1].ident;
+                let Some(&at) = self.call_at.get(&last.span().byte_range().start) else {
+                    return;
+                };
+                let qualifier = &p.path.segments[n - 2].ident;
+                let qualifier = if qualifier == "Self" {
+                    match self.self_type().name() {
+                        Some(ty) => ty,
+                        None => return,
+                    }
+                } else {
+                    self.intern(qualifier)
+                };
+                SetterRoot::Call(at, qualifier)
+            }
+            other => match self.infer_ty(other) {
+                TypeHint::Unknown => return,
+                hint => SetterRoot::Value(hint),
+            },
+        };
+        self.facts
+            .setter_calls
+            .push(SetterCall { call: index, root });
+    }
+
     /// `Wrapper(x, y)` / `Self(x)`: a tuple struct's fields `0`, `1`, ... hold these values.
     fn tuple_struct_init(&mut self, e: &'a syn::ExprCall) {
         let Expr::Path(p) = &*e.func else {
@@ -993,6 +1068,63 @@ impl<'a> Collector<'a> {
         }
         true
     }
+}
+
+/// A pattern without its type annotation, reference or parentheses.
+fn strip_pat(pat: &syn::Pat) -> Option<&syn::Pat> {
+    match pat {
+        syn::Pat::Type(t) => strip_pat(&t.pat),
+        syn::Pat::Reference(r) => strip_pat(&r.pat),
+        syn::Pat::Paren(p) => strip_pat(&p.pat),
+        other => Some(other),
+    }
+}
+
+/// Whether an expression is the literal `None`.
+fn is_none(expr: &Expr) -> bool {
+    matches!(expr, Expr::Path(p) if p.qself.is_none() && p.path.is_ident("None"))
+}
+
+/// The setter-writing derive among a struct's attributes (`#[derive(TypedBuilder)]`,
+/// `#[derive(Builder)]`, `#[derive(Setters)]`), with the prefix its setters' names carry.
+fn derived_setters(attrs: &[syn::Attribute]) -> Option<(&'static str, String)> {
+    let mut derive = None;
+    let mut prefix = String::new();
+    for attr in attrs {
+        if attr.path().is_ident("derive") {
+            let Ok(paths) =
+                attr.parse_args_with(Punctuated::<syn::Path, Token![,]>::parse_terminated)
+            else {
+                continue;
+            };
+            for path in paths {
+                let Some(last) = path.segments.last() else {
+                    continue;
+                };
+                derive = derive.or_else(|| {
+                    with_ident_str(&last.ident, |name| match name {
+                        "TypedBuilder" => Some("TypedBuilder"),
+                        "Builder" => Some("Builder"),
+                        "Setters" => Some("Setters"),
+                        _ => None,
+                    })
+                });
+            }
+        } else if attr.path().is_ident("setters") || attr.path().is_ident("builder") {
+            // `prefix = "fill_"` anywhere in the attribute's arguments.
+            let text = match &attr.meta {
+                syn::Meta::List(list) => list.tokens.to_string(),
+                _ => continue,
+            };
+            if let Some(at) = text.find("prefix")
+                && let Some(open) = text[at..].find('"')
+                && let Some(len) = text[at + open + 1..].find('"')
+            {
+                prefix = text[at + open + 1..at + open + 1 + len].to_string();
+            }
+        }
+    }
+    derive.map(|d| (d, prefix))
 }
 
 fn first_span(attrs: &[syn::Attribute], fallback: Span) -> Span {
@@ -1085,6 +1217,10 @@ impl<'a> Visit<'a> for Collector<'a> {
         };
         if let Some(owner) = owner {
             for field in &e.fields {
+                // `builder: None` holds no value yet: what is stored later decides.
+                if is_none(&field.expr) {
+                    continue;
+                }
                 if let syn::Member::Named(name) = &field.member {
                     let dev = self.infer_dev(&field.expr);
                     self.facts.field_inits.push(super::FieldInit {
@@ -1110,9 +1246,19 @@ impl<'a> Visit<'a> for Collector<'a> {
                 Some((self.intern(name), self.intern_str(&ty)))
             })
             .collect();
+        let setters = derived_setters(&item.attrs).map(|(derive, prefix)| SetterDerive {
+            derive: self.intern_str(derive),
+            prefix: self.intern_str(&prefix),
+            fields: item
+                .fields
+                .iter()
+                .filter_map(|f| f.ident.as_ref().map(|name| self.intern(name)))
+                .collect(),
+        });
         self.facts.structs.push(StructFact {
             name: self.intern(&item.ident),
             fields,
+            setters,
         });
         visit::visit_item_struct(self, item);
     }
@@ -1301,6 +1447,9 @@ impl<'a> Visit<'a> for Collector<'a> {
         self.failure_depth -= usize::from(failure);
         self.device_arg_depth -= usize::from(transfer);
         self.fill_devices(index);
+        if e.args.len() == 1 && !transfer && !is_passthrough_method(name) {
+            self.setter_call(index, &e.receiver);
+        }
     }
 
     fn visit_expr_call(&mut self, e: &'a syn::ExprCall) {
@@ -1382,6 +1531,27 @@ impl<'a> Visit<'a> for Collector<'a> {
                 self.bind_pattern_names(&local.pat, &mut names);
                 for binding in &mut names {
                     binding.dev = dev;
+                }
+                // `let Sample { advantages, .. } = sampler.sample();`: each field's binding holds
+                // what the called function stores in that field.
+                if dev.kind == DeviceKind::Unknown
+                    && let Some(syn::Pat::Struct(pat)) = strip_pat(&local.pat)
+                    && let Some(call) = local
+                        .init
+                        .as_ref()
+                        .and_then(|i| self.producing_call(&i.expr, 0))
+                {
+                    for field in &pat.fields {
+                        let (syn::Member::Named(member), Some(syn::Pat::Ident(ident))) =
+                            (&field.member, strip_pat(&field.pat))
+                        else {
+                            continue;
+                        };
+                        let field_dev = Dev::symbolic(DevSym::RetField(call, self.intern(member)));
+                        for binding in names.iter_mut().filter(|b| ident.ident == b.name) {
+                            binding.dev = field_dev;
+                        }
+                    }
                 }
                 if let Some(scope) = self.scopes.last_mut() {
                     scope.extend(names);

@@ -21,7 +21,7 @@ use crate::diagnostic::Region;
 pub(crate) use collect::{MAX_NESTING, collect_facts};
 pub use device::{DeviceEvidence, DeviceKind};
 pub use frameworks::{Framework, Frameworks};
-pub(crate) use steps::CrateAnalysis;
+pub(crate) use steps::{CrateAnalysis, ExternalFacts};
 pub use values::TypeHint;
 
 /// Index of a file in [`CrateContext::files`].
@@ -254,6 +254,44 @@ pub struct StructFact<'a> {
     pub name: &'a str,
     /// `(field, type name)`; a generic field's type is its first trait bound.
     pub fields: Vec<(&'a str, &'a str)>,
+    /// Set when a derive macro writes setters for the struct's fields (see [`SetterDerive`]).
+    pub setters: Option<SetterDerive<'a>>,
+}
+
+/// Setters that a derive macro writes for a struct: `typed_builder`'s and `bon`'s
+/// `Type::builder().field(x).build()`, `derive_builder`'s `TypeBuilder::default().field(x)`,
+/// `derive_setters`' `value.field(x)`. A setter call stores its argument in the field, as a struct
+/// literal would.
+#[derive(Debug)]
+pub struct SetterDerive<'a> {
+    /// The derive: `TypedBuilder`, `Builder` or `Setters`.
+    pub derive: &'a str,
+    /// What the setters' names start with before the field's name (`#[setters(prefix = "with_")]`,
+    /// `#[builder(setter(prefix = "with"))]`); empty when nothing.
+    pub prefix: &'a str,
+    /// Every named field.
+    pub fields: Vec<&'a str>,
+}
+
+/// Where a chain of one-argument method calls starts, for setter calls (see [`SetterDerive`]).
+#[derive(Debug, Clone, Copy)]
+pub enum SetterRoot<'a> {
+    /// A path call `Type::f(..)` (call number `.0` of the file, qualified by `.1`): the crate
+    /// function's declared return type, or (a function the crate does not define, such as a
+    /// derive's `builder()`) the type itself.
+    Call(usize, &'a str),
+    /// A value of a known type (`self.sampler.fill_x(..)`).
+    Value(TypeHint<'a>),
+}
+
+/// A one-argument method call at the end of a chain whose start is known: a setter when the type
+/// the chain starts from has derived setters of that name.
+#[derive(Debug, Clone, Copy)]
+pub struct SetterCall<'a> {
+    /// The call's index in the file's calls.
+    pub call: usize,
+    /// Where its chain starts.
+    pub root: SetterRoot<'a>,
 }
 
 /// Everything the single visitor pass collects from one file.
@@ -274,6 +312,8 @@ pub struct FileFacts<'a> {
     pub structs: Vec<StructFact<'a>>,
     /// Struct literals' field values, with their devices.
     pub field_inits: Vec<FieldInit<'a>>,
+    /// One-argument method calls that may be derived setters, in call order.
+    pub setter_calls: Vec<SetterCall<'a>>,
     /// Per call whose arguments' devices say something (index in `calls`): where in
     /// `arg_dev_pool` each argument's device is. A call with arguments and no entry passes only
     /// values of unknown device.

@@ -15,7 +15,8 @@ use syn::spanned::Spanned;
 use super::DeviceKind;
 use super::values::{Dev, DevSym, is_optimizer_type};
 use super::{
-    CallFact, CrateContext, CrateFile, FileId, StepHit, TypeHint, region_of, with_ident_str,
+    CallFact, CrateContext, CrateFile, FileId, SetterRoot, StepHit, TypeHint, region_of,
+    with_ident_str,
 };
 
 /// A function of the crate: (file, index in that file's facts).
@@ -182,6 +183,7 @@ impl CrateAnalysis {
         files: &[CrateFile<'_>],
         extra_markers: &[String],
         framework_package: bool,
+        external: &ExternalFacts,
     ) -> CrateAnalysis {
         let markers = Markers {
             extra: extra_markers,
@@ -496,7 +498,19 @@ impl CrateAnalysis {
             fn_offsets: offsets.clone(),
         };
         analysis.resolved_calls = std::mem::take(&mut resolved_calls);
-        analysis.resolve_devices(files, &targets, &helper_calls, &methods);
+        analysis.resolve_devices(
+            files,
+            &targets,
+            &helper_calls,
+            &Index {
+                ambiguous: &ambiguous,
+                methods: &methods,
+                free: &free,
+                assoc: &assoc,
+                fields: &fields,
+            },
+            external,
+        );
         let mut target_ids: HashMap<&Option<String>, usize> = HashMap::new();
         for (fi, file) in files.iter().enumerate() {
             let next = target_ids.len();
@@ -595,8 +609,11 @@ impl CrateAnalysis {
         files: &[CrateFile<'_>],
         targets: &[Vec<Cow<'_, [GlobalFn]>>],
         helper_calls: &HashMap<(usize, usize), Vec<GlobalFn>>,
-        methods: &FnIndex<'_>,
+        index: &Index<'_, '_>,
+        external: &ExternalFacts,
     ) {
+        let methods = index.methods;
+        let fields = index.fields;
         let params: Vec<Vec<Seen>> = files
             .iter()
             .flat_map(|f| {
@@ -629,18 +646,92 @@ impl CrateAnalysis {
             fields: HashMap::new(),
             rets: vec![Seen::None; total],
         };
-        // Every field the crate's struct literals set starts unsettled: until its literals are
-        // resolved, a read of it waits (a field no literal sets is unknown at once). Taking an
-        // unsettled field for unknown would fix every value read from it as unknown for good.
-        for file in files {
-            for init in &file.facts.field_inits {
-                tables
-                    .fields
-                    .entry(init.owner.to_string())
-                    .or_default()
-                    .entry(init.field.to_string())
-                    .or_insert(Seen::None);
+        // Derived setters (`Type::builder().field(x)`, `value.with_field(x)`) store into fields
+        // as struct literals do.
+        let builders: HashMap<&str, (&str, &super::SetterDerive<'_>)> = files
+            .iter()
+            .flat_map(|f| f.facts.structs.iter())
+            .filter_map(|st| Some((st.name, (st.name, st.setters.as_ref()?))))
+            .collect();
+        let mut setter_slots: Vec<(usize, usize, &str, &str)> = Vec::new();
+        if !builders.is_empty() {
+            for (fi, file) in files.iter().enumerate() {
+                for setter in &file.facts.setter_calls {
+                    let owner = match setter.root {
+                        SetterRoot::Call(ci, qualifier) => {
+                            let made_by = self
+                                .resolved_calls
+                                .get(&(fi, ci))
+                                .and_then(|t| t.first())
+                                .copied();
+                            builder_made_by(files, &builders, made_by, qualifier)
+                        }
+                        SetterRoot::Value(hint) => resolve(hint, fields)
+                            .and_then(|ty| builders.get(ty))
+                            .map(|(name, _)| *name),
+                    };
+                    let Some(owner) = owner else { continue };
+                    let name = file.facts.calls[setter.call].name;
+                    if let Some(field) = setter_field(&builders, owner, name) {
+                        setter_slots.push((fi, setter.call, owner, field));
+                    }
+                }
             }
+        }
+        // What the packages that call this one (when only they can) pass it.
+        let mut external_items: Vec<(DevSlot<'_>, DeviceKind)> = Vec::new();
+        for (qualifier, root, method, kind) in &external.setters {
+            let made_by = index
+                .assoc
+                .get(qualifier.as_str())
+                .and_then(|fns| fns.get(root.as_str()))
+                .and_then(|found| found.first())
+                .copied();
+            if let Some(owner) = builder_made_by(files, &builders, made_by, qualifier)
+                && let Some(field) = setter_field(&builders, owner, method)
+            {
+                external_items.push((DevSlot::Field(owner, field), *kind));
+            }
+        }
+        for (qualifier, name, devs) in &external.calls {
+            let found = index
+                .assoc
+                .get(qualifier.as_str())
+                .and_then(|fns| fns.get(name.as_str()));
+            for &(tf, tidx) in found.into_iter().flatten() {
+                let g = self.fn_offsets[tf] + tidx;
+                let skip = usize::from(has_receiver[g]);
+                for (i, kind) in devs.iter().skip(skip).enumerate() {
+                    if i >= tables.params[g].len() {
+                        break;
+                    }
+                    external_items.push((DevSlot::Param(g, i), *kind));
+                }
+            }
+        }
+        // Every field the crate's struct literals (or setters) set starts unsettled: until its
+        // literals are resolved, a read of it waits (a field no literal sets is unknown at once).
+        // Taking an unsettled field for unknown would fix every value read from it as unknown
+        // for good.
+        let set_fields = files
+            .iter()
+            .flat_map(|f| f.facts.field_inits.iter().map(|i| (i.owner, i.field)))
+            .chain(
+                setter_slots
+                    .iter()
+                    .map(|&(_, _, owner, field)| (owner, field)),
+            )
+            .chain(external_items.iter().filter_map(|(slot, _)| match slot {
+                DevSlot::Field(owner, field) => Some((*owner, *field)),
+                _ => None,
+            }));
+        for (owner, field) in set_fields {
+            tables
+                .fields
+                .entry(owner.to_string())
+                .or_default()
+                .entry(field.to_string())
+                .or_insert(Seen::None);
         }
         // Which functions a call's value can come from: its resolved targets, else (a method the
         // crate defines on several types) every method of that name.
@@ -672,7 +763,15 @@ impl CrateAnalysis {
         // unknown with nothing to look up) joins the same kind in every round, and joining a kind
         // twice changes nothing, so only the first round joins it; later rounds look again only
         // at the symbolic ones, in the same order (the per-round memo sees the same sequence).
-        let mut items: Vec<DevItem<'_>> = Vec::new();
+        let mut items: Vec<DevItem<'_>> = external_items
+            .iter()
+            .map(|&(slot, kind)| DevItem {
+                fi: 0,
+                fn_idx: None,
+                dev: Dev::known(kind),
+                slot,
+            })
+            .collect();
         for (fi, file) in files.iter().enumerate() {
             // Parameters, from the arguments at each call site that reaches the crate.
             for (ci, all_targets) in &sites[fi] {
@@ -712,6 +811,22 @@ impl CrateAnalysis {
                     fn_idx: init.fn_idx,
                     dev: init.dev,
                     slot: DevSlot::Field(init.owner, init.field),
+                });
+            }
+            for &(_, ci, owner, field) in setter_slots.iter().filter(|s| s.0 == fi) {
+                let dev = file
+                    .facts
+                    .arg_devs
+                    .binary_search_by_key(&ci, |(c, _)| *c)
+                    .ok()
+                    .map_or(Dev::UNKNOWN, |at| {
+                        file.facts.arg_dev_pool[file.facts.arg_devs[at].1.start]
+                    });
+                items.push(DevItem {
+                    fi,
+                    fn_idx: file.facts.calls[ci].fn_idx,
+                    dev,
+                    slot: DevSlot::Field(owner, field),
                 });
             }
             for &(f, dev) in &file.facts.returns {
@@ -819,6 +934,61 @@ impl CrateAnalysis {
         resolver
             .dev(file.0, call.fn_idx, dev, 0)
             .unwrap_or(DeviceKind::Unknown)
+    }
+
+    /// What this package passes to the packages it depends on: its calls `Type::f(args)` and its
+    /// setter chains `Type::f(..).method(x)` that reach no function of its own, with the devices
+    /// of the arguments resolved here (see [`ExternalFacts`]).
+    pub(crate) fn export(&self, files: &[CrateFile<'_>]) -> ExternalFacts {
+        let mut out = ExternalFacts::default();
+        let arg_dev = |fi: usize, ci: usize, i: usize| -> DeviceKind {
+            let file = &files[fi];
+            let call = &file.facts.calls[ci];
+            let dev = file
+                .facts
+                .arg_devs
+                .binary_search_by_key(&ci, |(c, _)| *c)
+                .ok()
+                .map_or(Dev::UNKNOWN, |at| {
+                    file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()][i]
+                });
+            self.resolve_now(files, FileId(fi), call, dev)
+        };
+        let foreign_type = |q: &str| q != "Self" && q.starts_with(|c: char| c.is_ascii_uppercase());
+        for (fi, file) in files.iter().enumerate() {
+            for (ci, call) in file.facts.calls.iter().enumerate() {
+                let nargs = call.call.args().len();
+                if call.call.is_method()
+                    || nargs == 0
+                    || self.resolved_calls.contains_key(&(fi, ci))
+                {
+                    continue;
+                }
+                let Some(qualifier) = call.call.qualifier().map(|q| q.to_string()) else {
+                    continue;
+                };
+                if !foreign_type(&qualifier) {
+                    continue;
+                }
+                let devs = (0..nargs).map(|i| arg_dev(fi, ci, i)).collect();
+                out.calls.push((qualifier, call.name.to_string(), devs));
+            }
+            for setter in &file.facts.setter_calls {
+                let SetterRoot::Call(root, qualifier) = setter.root else {
+                    continue;
+                };
+                if !foreign_type(qualifier) || self.resolved_calls.contains_key(&(fi, root)) {
+                    continue;
+                }
+                out.setters.push((
+                    qualifier.to_string(),
+                    file.facts.calls[root].name.to_string(),
+                    file.facts.calls[setter.call].name.to_string(),
+                    arg_dev(fi, setter.call, 0),
+                ));
+            }
+        }
+        out
     }
 
     /// Marks the functions found to be test code (called only from tests) as test code in the
@@ -1039,6 +1209,70 @@ impl CrateAnalysis {
             return target.is_cpu_only();
         }
         self.crate_device.is_cpu_only()
+    }
+}
+
+/// The struct whose derived setters a chain started by a path call `Type::f(..)` calls: the
+/// struct the crate function it reaches (`made_by`) returns (`Self` is its impl type), else, for
+/// a function the crate does not define (a derive's `builder()`), the qualifying type itself
+/// (`derive_builder`'s `TypeBuilder` stands for `Type`).
+fn builder_made_by<'n>(
+    files: &[CrateFile<'_>],
+    builders: &HashMap<&str, (&'n str, &super::SetterDerive<'_>)>,
+    made_by: Option<GlobalFn>,
+    qualifier: &str,
+) -> Option<&'n str> {
+    if let Some((tf, tidx)) = made_by {
+        let f = &files[tf].facts.fns[tidx];
+        let returned = match &f.sig.output {
+            syn::ReturnType::Type(_, ty) => returned_type_name(ty)?,
+            syn::ReturnType::Default => return None,
+        };
+        let returned = if returned == "Self" {
+            f.self_ty.clone()?
+        } else {
+            returned
+        };
+        return builders.get(returned.as_str()).map(|(name, _)| *name);
+    }
+    if let Some((name, _)) = builders.get(qualifier) {
+        return Some(name);
+    }
+    let built = qualifier.strip_suffix("Builder")?;
+    builders
+        .get(built)
+        .filter(|(_, derive)| derive.derive == "Builder")
+        .map(|(name, _)| *name)
+}
+
+/// The field a derived setter named `method` of struct `owner` stores into.
+fn setter_field<'n>(
+    builders: &HashMap<&str, (&str, &super::SetterDerive<'n>)>,
+    owner: &str,
+    method: &str,
+) -> Option<&'n str> {
+    let derive = builders.get(owner)?.1;
+    let field = method.strip_prefix(derive.prefix)?.trim_start_matches('_');
+    derive.fields.iter().find(|f| **f == field).copied()
+}
+
+/// Device facts that other packages of the same run give a library that only they can call (a
+/// path dependency that is not published): their calls of its associated functions
+/// (`Type::new(args)`) and its derived setters (`Type::builder().field(x)`), with the devices of
+/// the arguments as the calling package resolved them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ExternalFacts {
+    /// `Type::f(args)`: the type, the function, the devices of the arguments.
+    pub(crate) calls: Vec<(String, String, Vec<DeviceKind>)>,
+    /// `Type::f(..).method(x)`: the type, the function, the method, the device of `x`.
+    pub(crate) setters: Vec<(String, String, String, DeviceKind)>,
+}
+
+impl ExternalFacts {
+    /// Adds what another package gives.
+    pub(crate) fn extend(&mut self, other: &ExternalFacts) {
+        self.calls.extend(other.calls.iter().cloned());
+        self.setters.extend(other.setters.iter().cloned());
     }
 }
 
