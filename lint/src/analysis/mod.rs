@@ -4,6 +4,7 @@
 
 mod collect;
 pub mod device;
+mod flow;
 pub mod frameworks;
 pub mod patterns;
 mod steps;

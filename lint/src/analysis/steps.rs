@@ -154,7 +154,7 @@ pub(crate) fn is_output_helper(f: &super::FnFact<'_>) -> bool {
 }
 
 /// Whether an expression names an optimizer: `opt`, `self.optimizer`, `adam`, `sgd`, `optim`.
-fn is_optimizer_like(expr: &syn::Expr) -> bool {
+pub(crate) fn is_optimizer_like(expr: &syn::Expr) -> bool {
     let ident = match expr {
         syn::Expr::Path(p) => p.path.segments.last().map(|s| &s.ident),
         syn::Expr::Field(f) => match &f.member {

@@ -93,6 +93,11 @@ impl Rule for HostReadbackInStepLoop {
             let Some(hit) = cx.device_step_loop(file, call) else {
                 continue;
             };
+            // The action a policy chose, read back for the environment's next step: the host
+            // needs it every step, and reading it less often is not an option.
+            if cx.feeds_environment(file, call) {
+                continue;
+            }
             let finding = Finding::new(
                 file,
                 cx.region(call.call.name_span()),
