@@ -384,6 +384,66 @@ fn crates_are_packages_and_calls_resolve_only_inside_one() {
     );
 }
 
+/// A library whose `Model::new(device)` builds the tensors its step loop reads back (PK101 at
+/// line 7 of `lib/src/lib.rs`), and a binary package that calls it with the CPU.
+fn workspace_with_a_cpu_caller(dir: &Path, lib_publish: &str) {
+    write(
+        &dir.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"lib\", \"app\"]\n\n[workspace.dependencies]\nlib = { path = \"lib\" }\n",
+    );
+    write(
+        &dir.join("lib/Cargo.toml"),
+        &format!(
+            "[package]\nname = \"lib\"\nversion = \"0.0.0\"\n{lib_publish}\n[dependencies]\ncandle-core = \"0.9\"\n"
+        ),
+    );
+    write(
+        &dir.join("lib/src/lib.rs"),
+        "use candle_core::{Device, Tensor};\npub struct Model { w: Tensor }\nimpl Model {\n    pub fn new(device: Device) -> Model { Model { w: Tensor::ones(4, candle_core::DType::F32, &device).unwrap() } }\n    pub fn fit(&self, opt: &mut O) { for _ in 0..10 { let loss = self.w.sum_all().unwrap(); opt.backward_step(&loss);\n        let w = &self.w;\n        println!(\"{}\", w.sum_all().unwrap().to_scalar::<f32>().unwrap()); } }\n}\n",
+    );
+    write(
+        &dir.join("app/Cargo.toml"),
+        "[package]\nname = \"app\"\nversion = \"0.0.0\"\npublish = false\n[dependencies]\nlib.workspace = true\ncandle-core = \"0.9\"\n",
+    );
+    write(
+        &dir.join("app/src/main.rs"),
+        "use candle_core::Device;\nfn main() { let m = lib::Model::new(Device::Cpu); m.fit(&mut opt()); }\n",
+    );
+}
+
+#[test]
+fn an_unpublished_library_takes_devices_from_the_packages_that_call_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    workspace_with_a_cpu_caller(dir.path(), "publish = false");
+    // Alone, nothing says where `Model::new`'s device is: the readback is reported.
+    let alone = run(&[&dir.path().join("lib")]);
+    assert_eq!(
+        codes_at(&alone, "lib/src/lib.rs"),
+        vec![(7, "PK101", Severity::Warning)],
+        "{:?}",
+        alone.diagnostics
+    );
+    // With the only package that can call it, the device is the CPU: nothing to report.
+    let whole = run(&[dir.path()]);
+    assert_eq!(
+        codes_at(&whole, "lib/src/lib.rs"),
+        vec![],
+        "{:?}",
+        whole.diagnostics
+    );
+
+    // A published library can be called from anywhere, with any device.
+    let published = tempfile::tempdir().expect("tempdir");
+    workspace_with_a_cpu_caller(published.path(), "");
+    let whole = run(&[published.path()]);
+    assert_eq!(
+        codes_at(&whole, "lib/src/lib.rs"),
+        vec![(7, "PK101", Severity::Warning)],
+        "{:?}",
+        whole.diagnostics
+    );
+}
+
 #[test]
 fn results_do_not_depend_on_the_number_of_threads() {
     let dir = tempfile::tempdir().expect("tempdir");
