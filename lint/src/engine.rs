@@ -927,6 +927,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn manifests_say_publish_and_path_dependencies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "Cargo.toml",
+            "[workspace]\nmembers = [\"core\", \"app\"]\n[workspace.package]\npublish = false\n[workspace.dependencies]\ncore = { path = \"core\" }\n",
+        );
+        write(
+            "core/Cargo.toml",
+            "[package]\nname = \"core\"\npublish.workspace = true\n",
+        );
+        write(
+            "app/Cargo.toml",
+            "[package]\nname = \"app\"\npublish = [\"internal\"]\n[dependencies]\ncore.workspace = true\nother = { path = \"../other\" }\nserde = \"1\"\n",
+        );
+        let core = Manifest::read(&root.join("core")).expect("core manifest");
+        assert!(!core.publish);
+        assert!(core.path_deps.is_empty());
+        let app = Manifest::read(&root.join("app")).expect("app manifest");
+        assert!(app.publish);
+        assert_eq!(
+            app.path_deps,
+            vec![root.join("core"), root.join("app").join("../other")]
+        );
+        // A workspace root without a package is no package.
+        assert!(Manifest::read(root).is_none());
+    }
+
+    #[test]
+    fn a_library_runs_after_the_packages_that_feed_it() {
+        // 0 is fed by 1, 1 by 2; 3 stands alone.
+        let feeders = vec![vec![1], vec![2], vec![], vec![]];
+        assert_eq!(waves_of(&feeders), vec![vec![2, 3], vec![1], vec![0]]);
+        assert_eq!(waves_of(&[vec![], vec![]]), vec![vec![0, 1]]);
+    }
+
+    #[test]
     fn bracket_depth_precheck() {
         let ok = format!(
             "{}{}",
