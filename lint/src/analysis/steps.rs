@@ -648,11 +648,18 @@ impl CrateAnalysis {
         };
         // Derived setters (`Type::builder().field(x)`, `value.with_field(x)`) store into fields
         // as struct literals do.
-        let builders: HashMap<&str, (&str, &super::SetterDerive<'_>)> = files
-            .iter()
-            .flat_map(|f| f.facts.structs.iter())
-            .filter_map(|st| Some((st.name, (st.name, st.setters.as_ref()?))))
-            .collect();
+        // Structs of the same name in several modules (each its own `Builder`) share an entry, as
+        // they share the field table.
+        let mut builders: Builders<'_, '_> = HashMap::new();
+        for st in files.iter().flat_map(|f| f.facts.structs.iter()) {
+            if let Some(setters) = &st.setters {
+                builders
+                    .entry(st.name)
+                    .or_insert((st.name, Vec::new()))
+                    .1
+                    .push(setters);
+            }
+        }
         let mut setter_slots: Vec<(usize, usize, &str, &str)> = Vec::new();
         if !builders.is_empty() {
             for (fi, file) in files.iter().enumerate() {
@@ -1218,7 +1225,7 @@ impl CrateAnalysis {
 /// (`derive_builder`'s `TypeBuilder` stands for `Type`).
 fn builder_made_by<'n>(
     files: &[CrateFile<'_>],
-    builders: &HashMap<&str, (&'n str, &super::SetterDerive<'_>)>,
+    builders: &Builders<'n, '_>,
     made_by: Option<GlobalFn>,
     qualifier: &str,
 ) -> Option<&'n str> {
@@ -1241,19 +1248,19 @@ fn builder_made_by<'n>(
     let built = qualifier.strip_suffix("Builder")?;
     builders
         .get(built)
-        .filter(|(_, derive)| derive.derive == "Builder")
+        .filter(|(_, derives)| derives.iter().any(|d| d.derive == "Builder"))
         .map(|(name, _)| *name)
 }
 
+/// The structs with derived setters, by name: (the name, the derives of the structs of that name).
+type Builders<'n, 's> = HashMap<&'n str, (&'n str, Vec<&'s super::SetterDerive<'n>>)>;
+
 /// The field a derived setter named `method` of struct `owner` stores into.
-fn setter_field<'n>(
-    builders: &HashMap<&str, (&str, &super::SetterDerive<'n>)>,
-    owner: &str,
-    method: &str,
-) -> Option<&'n str> {
-    let derive = builders.get(owner)?.1;
-    let field = method.strip_prefix(derive.prefix)?.trim_start_matches('_');
-    derive.fields.iter().find(|f| **f == field).copied()
+fn setter_field<'n>(builders: &Builders<'n, '_>, owner: &str, method: &str) -> Option<&'n str> {
+    builders.get(owner)?.1.iter().find_map(|derive| {
+        let field = method.strip_prefix(derive.prefix)?.trim_start_matches('_');
+        derive.fields.iter().find(|f| **f == field).copied()
+    })
 }
 
 /// Device facts that other packages of the same run give a library that only they can call (a

@@ -15,7 +15,11 @@ crate::declare_rule! {
     /// bytes over PCIe. Done on every step, the GPU idles while the host waits, and the host idles
     /// while the GPU refills its queue: the same problem as `loss.item()` in a PyTorch loop.
     /// Readbacks that run only every N steps (`if step % 100 == 0`) or once per epoch are reported
-    /// as notes.
+    /// as notes. A readback whose value an environment takes for its next step is not reported:
+    /// the action a policy chose, passed (directly, through bindings or through the values of the
+    /// functions that return it) to `env.step(..)`, or to a method of a game or simulator that the
+    /// same function advances with `update()`/`tick()`/`advance()`/`step()`. The host needs that
+    /// value every step; a value read for a log, a metric or a running total is still reported.
     ///
     /// ## Example
     /// ```rust,ignore
