@@ -182,6 +182,13 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
     )
 }
 
+/// Whether `source` contains any of `needles` (a plain byte search: comments and strings count).
+fn mentions_any(source: &str, needles: &[&[u8]]) -> bool {
+    needles
+        .iter()
+        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+}
+
 /// Whether a module's text mentions an accelerator anywhere: CUDA, a device, a GPU, MPS, XPU,
 /// XLA, or a framework object that places tensors on one (Lightning, Accelerate, Fabric). A
 /// package that mentions none keeps every tensor on the CPU, where a readback copies nothing.
@@ -203,9 +210,7 @@ pub fn mentions_accelerator(source: &str) -> bool {
         b"ightning",
         b"Trainer",
     ];
-    NEEDLES
-        .iter()
-        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+    mentions_any(source, NEEDLES)
 }
 
 /// Whether a module's text mentions 16-bit precision or autocast anywhere (PK501's "in reach").
@@ -221,9 +226,7 @@ pub fn mentions_mixed_precision(source: &str) -> bool {
         b"GradScaler",
         b"amp.",
     ];
-    NEEDLES
-        .iter()
-        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+    mentions_any(source, NEEDLES)
 }
 
 /// Whether a module's text shows gradient accumulation (PK502).
@@ -236,9 +239,7 @@ pub fn mentions_grad_accumulation(source: &str) -> bool {
         b"grad_accum",
         b"accumulate(",
     ];
-    NEEDLES
-        .iter()
-        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+    mentions_any(source, NEEDLES)
 }
 
 /// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
