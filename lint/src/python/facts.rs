@@ -67,6 +67,12 @@ pub struct PyCall<'a> {
     pub in_test: bool,
     /// Inside a list/set/dict comprehension or generator expression.
     pub in_comprehension: bool,
+    /// A positional argument or a keyword's value is a number literal (`.cuda(0)`, `batch_size=8`).
+    /// Recorded while the tree is in cache, so that the rules need not read the arguments of
+    /// every call of the package to find the few with literals.
+    pub number_arg: bool,
+    /// A positional argument or a keyword's value is a string literal (`"cuda:0"`, `strategy="dp"`).
+    pub string_arg: bool,
 }
 
 impl PyCall<'_> {
@@ -160,7 +166,9 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         collector.visit_stmt(stmt);
     }
     let mut facts = collector.facts;
-    let mut by_name: FxHashMap<Cow<'_, str>, Vec<usize>> = FxHashMap::default();
+    // Sized once (at most one entry per assignment) rather than grown and rehashed.
+    let mut by_name: FxHashMap<Cow<'_, str>, Vec<usize>> =
+        FxHashMap::with_capacity_and_hasher(facts.assigns.len(), Default::default());
     for (i, assign) in facts.assigns.iter().enumerate() {
         match by_name.get_mut(assign.name.as_ref()) {
             Some(list) => list.push(i),
@@ -529,6 +537,16 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 };
                 let path = self.dotted(&call.func);
                 let loops = self.loop_stack();
+                let (mut number_arg, mut string_arg) = (false, false);
+                for arg in call
+                    .arguments
+                    .args
+                    .iter()
+                    .chain(call.arguments.keywords.iter().map(|k| &k.value))
+                {
+                    number_arg |= matches!(arg, Expr::NumberLiteral(_));
+                    string_arg |= matches!(arg, Expr::StringLiteral(_));
+                }
                 self.facts.calls.push(PyCall {
                     call,
                     start: call.start().to_usize(),
@@ -542,6 +560,8 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     no_grad: self.no_grad > 0,
                     in_test: self.in_test(),
                     in_comprehension: self.comprehension > 0,
+                    number_arg,
+                    string_arg,
                 });
                 visitor::walk_expr(self, expr);
             }

@@ -267,6 +267,10 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
     let kind = |expr| cx.value_kind(file, call.fn_idx, expr, call.start);
     let is_tensor = |expr| matches!(kind(expr), ValueKind::Tensor | ValueKind::Graph);
     if let (Some(method), Some(recv)) = (call.method, call.receiver) {
+        // The method name first: it is in the facts, the receiver is in the syntax tree.
+        if !matches!(method, "item" | "cpu" | "numpy" | "tolist" | "to") {
+            return None;
+        }
         // `t.cpu().numpy()` is one readback, reported at its first step.
         if let PyExpr::Call(inner) = recv
             && let PyExpr::Attribute(attr) = &*inner.func

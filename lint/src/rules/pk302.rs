@@ -86,11 +86,11 @@ impl Rule for LoaderDefaultBatchSize {
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls() {
         if call.in_test
-            || call.has_double_star()
             || !call
                 .path
                 .as_deref()
                 .is_some_and(|p| p.ends_with("DataLoader"))
+            || call.has_double_star()
         {
             continue;
         }

@@ -113,6 +113,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             ));
             continue;
         }
+        if !call.string_arg {
+            continue;
+        }
         for keyword in ["strategy", "distributed_backend", "accelerator"] {
             if let Some(PyExpr::StringLiteral(s)) = call.keyword(keyword)
                 && s.value.to_str() == "dp"
