@@ -32,6 +32,7 @@ const MAX_INFER_DEPTH: usize = 48;
 /// target, so all of it is test code.
 pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_> {
     let mut collector = Collector {
+        source: file.source.get(file.prefix_len..).unwrap_or(""),
         arena: &file.macro_exprs,
         names: &file.names,
         facts: FileFacts {
@@ -63,6 +64,9 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
 }
 
 struct Collector<'a> {
+    /// The file's text as the parser saw it (after a BOM or shebang line): spans' byte offsets
+    /// index it.
+    source: &'a str,
     arena: &'a typed_arena::Arena<Expr>,
     names: &'a typed_arena::Arena<u8>,
     facts: FileFacts<'a>,
@@ -78,7 +82,8 @@ struct Collector<'a> {
     failure_depth: usize,
     /// How deep the type and device inference currently is.
     infer_depth: std::cell::Cell<usize>,
-    /// Calls recorded so far, by the start of their name: to refer to a call's value.
+    /// Calls recorded so far, by their name's identifier (see [`ident_key`]): to refer to a
+    /// call's value.
     call_at: std::collections::HashMap<usize, usize, FastHash>,
     /// Interned strings by text, so that a name seen again is not copied again.
     interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str, FastHash>>,
@@ -336,6 +341,108 @@ fn is_expression_macro(path: &syn::Path) -> bool {
     })
 }
 
+/// Whether the text of macro arguments holds only tokens that cannot form anything the visitor
+/// records: string literals, numbers, identifiers that are not keywords, and operator
+/// punctuation. Every call and every struct literal, closure, block, macro call, qualified path,
+/// field access, cast or `let` needs a bracket, a `.`, a `:`, a `|` or a keyword, none of which is
+/// accepted here; what is left (single names, literals, arithmetic and comparisons over them,
+/// references) records no fact when visited. Anything unusual (comments, characters, lifetimes,
+/// raw strings, non-ASCII text outside strings) answers `false`, and the arguments are parsed.
+fn cannot_hold_facts(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'"' => {
+                // A string literal: skip to its closing quote (escapes skip the next byte).
+                i += 1;
+                loop {
+                    match bytes.get(i) {
+                        None => return false,
+                        Some(b'\\') => i += 2,
+                        Some(b'"') => break,
+                        Some(_) => i += 1,
+                    }
+                }
+                i += 1;
+            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                if is_keyword(&text[start..i]) {
+                    return false;
+                }
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => i += 1,
+            // `//` and `/*` start comments: not accepted.
+            b'/' if matches!(bytes.get(i + 1), Some(b'/' | b'*')) => return false,
+            b',' | b'&' | b'*' | b'+' | b'-' | b'/' | b'%' | b'=' | b'!' | b'<' | b'>' | b'^' => {
+                i += 1
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Rust's keywords, strict and reserved (`self` and `Self` name values and are not included).
+fn is_keyword(name: &str) -> bool {
+    matches!(
+        name,
+        "as" | "async"
+            | "await"
+            | "break"
+            | "const"
+            | "continue"
+            | "crate"
+            | "dyn"
+            | "else"
+            | "enum"
+            | "extern"
+            | "fn"
+            | "for"
+            | "gen"
+            | "if"
+            | "impl"
+            | "in"
+            | "let"
+            | "loop"
+            | "match"
+            | "mod"
+            | "move"
+            | "mut"
+            | "pub"
+            | "ref"
+            | "return"
+            | "static"
+            | "struct"
+            | "super"
+            | "trait"
+            | "try"
+            | "type"
+            | "union"
+            | "unsafe"
+            | "use"
+            | "where"
+            | "while"
+            | "yield"
+            | "abstract"
+            | "become"
+            | "box"
+            | "do"
+            | "final"
+            | "macro"
+            | "override"
+            | "priv"
+            | "typeof"
+            | "unsized"
+            | "virtual"
+    )
+}
+
 /// Methods whose device arguments are a destination, not evidence of the code's device: the
 /// transfers, and `copy_` (whose argument is the source tensor).
 fn is_transfer_method(name: &str) -> bool {
@@ -386,6 +493,13 @@ fn makes_pinned_buffer(expr: &Expr) -> bool {
     }
 }
 
+/// A key for an identifier of the tree: its address. The trees (and the expressions parsed out of
+/// macros) stay in place while their facts are collected, so each identifier has one address,
+/// and looking it up costs no conversion of its span to a byte offset.
+fn ident_key(ident: &syn::Ident) -> usize {
+    std::ptr::from_ref(ident) as usize
+}
+
 fn join(a: Span, b: Span) -> Span {
     a.join(b).unwrap_or(a)
 }
@@ -407,8 +521,7 @@ impl<'a> Collector<'a> {
             CallRef::Path(..) => TypeHint::Unknown,
         };
         let index = self.facts.calls.len();
-        self.call_at
-            .insert(call.name_span().byte_range().start, index);
+        self.call_at.insert(ident_key(call.name()), index);
         self.facts.calls.push(CallFact {
             call,
             name,
@@ -864,7 +977,7 @@ impl<'a> Collector<'a> {
                     "cpu" if m.args.is_empty() => Dev::known(DeviceKind::Cpu),
                     // What the call returns: a crate function's return value, or (a call outside
                     // the crate) where its receiver and arguments live.
-                    _ => self.returned(m.method.span(), || {
+                    _ => self.returned(&m.method, || {
                         merge_devs(
                             std::iter::once(self.infer_dev(&m.receiver))
                                 .chain(m.args.iter().map(|a| self.infer_dev(a))),
@@ -899,7 +1012,7 @@ impl<'a> Collector<'a> {
                     return Dev::known(DeviceKind::Cpu);
                 }
                 let last = &p.path.segments[n - 1].ident;
-                self.returned(last.span(), || {
+                self.returned(last, || {
                     merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
                 })
             }
@@ -917,9 +1030,9 @@ impl<'a> Collector<'a> {
             Expr::MethodCall(m) if m.method == "unwrap" || m.method == "expect" => {
                 return self.producing_call(&m.receiver, hops);
             }
-            Expr::MethodCall(m) => m.method.span(),
+            Expr::MethodCall(m) => &m.method,
             Expr::Call(c) => match &*c.func {
-                Expr::Path(p) => p.path.segments.last()?.ident.span(),
+                Expr::Path(p) => &p.path.segments.last()?.ident,
                 _ => return None,
             },
             // A binding's initializer, a few bindings deep (`let x = x.f()` shadows `x`).
@@ -929,17 +1042,17 @@ impl<'a> Collector<'a> {
             }
             _ => return None,
         };
-        self.call_at.get(&name.byte_range().start).copied()
+        self.call_at.get(&ident_key(name)).copied()
     }
 
     /// The device of a call's value: known from its operands, else what the recorded call returns
     /// (settled across the crate), else the operands' symbolic sources.
-    fn returned(&self, name: Span, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
+    fn returned(&self, name: &syn::Ident, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
         let dev = operands();
         if dev.kind != DeviceKind::Unknown {
             return dev;
         }
-        match self.call_at.get(&name.byte_range().start) {
+        match self.call_at.get(&ident_key(name)) {
             // The return value first; the operands' own source as the second opinion.
             Some(&index) => Dev {
                 kind: DeviceKind::Unknown,
@@ -1395,6 +1508,18 @@ impl<'a> Visit<'a> for Collector<'a> {
             mac.delimiter,
             syn::MacroDelimiter::Paren(_) | syn::MacroDelimiter::Bracket(_)
         ) || !is_expression_macro(&mac.path)
+        {
+            return;
+        }
+        // Most arguments are a format string and plain names (`println!("{loss}")`,
+        // `format!("{} {}", a, b)`): nothing there is a call, a qualified path, a closure or a
+        // literal struct, so no fact could come of parsing them. Tokens that cannot make any of
+        // those are recognised without a parse.
+        let body = mac.delimiter.span().join().byte_range();
+        if let Some(text) = self.source.get(body.start + 1..body.end.saturating_sub(1))
+            // Such arguments nest at most one level per byte: none can be too deep to follow.
+            && self.depth + text.len() < MAX_NESTING
+            && cannot_hold_facts(text)
         {
             return;
         }
