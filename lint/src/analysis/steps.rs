@@ -192,13 +192,23 @@ impl CrateAnalysis {
         let mut free: FnIndex<'_> = HashMap::default();
         let mut assoc: HashMap<&str, FnIndex<'_>, BuildHasherDefault<NameHasher>> =
             HashMap::default();
+        // Each function's name as text, interned in its file's name arena like the called names.
+        let fn_names: Vec<Vec<&str>> = files
+            .iter()
+            .map(|file| {
+                file.facts
+                    .fns
+                    .iter()
+                    .map(|f| ident_text(f.name, &file.file.names))
+                    .collect()
+            })
+            .collect();
         for (fi, file) in files.iter().enumerate() {
             for (idx, f) in file.facts.fns.iter().enumerate() {
                 if f.is_test {
                     continue;
                 }
-                // Interned in the file's name arena, like the called names.
-                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                let name = fn_names[fi][idx];
                 if f.sig.receiver().is_some() {
                     methods.entry(name).or_default().push((fi, idx));
                 }
@@ -229,12 +239,12 @@ impl CrateAnalysis {
         }
         let mut method_owner: HashMap<&str, Option<&str>> = HashMap::new();
         let mut ambiguous = std::collections::HashSet::new();
-        for file in files {
-            for f in &file.facts.fns {
+        for (fi, file) in files.iter().enumerate() {
+            for (idx, f) in file.facts.fns.iter().enumerate() {
                 if f.is_test || f.sig.receiver().is_none() {
                     continue;
                 }
-                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                let name = fn_names[fi][idx];
                 let owner = f.self_ty.as_deref();
                 match method_owner.get(name) {
                     None => {
@@ -626,7 +636,7 @@ impl CrateAnalysis {
         }
         let mut tables = DeviceTables {
             params,
-            fields: HashMap::new(),
+            fields: HashMap::default(),
             rets: vec![Seen::None; total],
         };
         // Every field the crate's struct literals set starts unsettled: until its literals are
@@ -634,12 +644,15 @@ impl CrateAnalysis {
         // unsettled field for unknown would fix every value read from it as unknown for good.
         for file in files {
             for init in &file.facts.field_inits {
-                tables
-                    .fields
-                    .entry(init.owner.to_string())
-                    .or_default()
-                    .entry(init.field.to_string())
-                    .or_insert(Seen::None);
+                // Looked up before inserting: most literals set fields seen already, and an
+                // entry would copy the names each time.
+                let owner = match tables.fields.get_mut(init.owner) {
+                    Some(owner) => owner,
+                    None => tables.fields.entry(init.owner.to_string()).or_default(),
+                };
+                if !owner.contains_key(init.field) {
+                    owner.insert(init.field.to_string(), Seen::None);
+                }
             }
         }
         // Which functions a call's value can come from: its resolved targets, else (a method the
@@ -1081,6 +1094,21 @@ fn offsets_of(files: &[CrateFile<'_>]) -> Vec<usize> {
     offsets
 }
 
+/// An identifier's text as `Display` writes it (`r#` kept), copied into `names` without an
+/// intermediate `String`.
+fn ident_text<'n>(ident: &syn::Ident, names: &'n typed_arena::Arena<u8>) -> &'n str {
+    use std::fmt::Write;
+    thread_local! {
+        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        let _ = write!(buf, "{ident}");
+        names.alloc_str(&buf)
+    })
+}
+
 /// A small, fast hasher for function names (FxHash's multiply-rotate): the lookup runs once per call
 /// of the crate, and names are not attacker-chosen keys.
 #[derive(Default)]
@@ -1262,12 +1290,16 @@ enum Memo {
 }
 
 /// The crate-wide device tables the fixed point fills.
+type FieldSeen = HashMap<String, HashMap<String, Seen, FastNames>, FastNames>;
+type FastNames = BuildHasherDefault<NameHasher>;
+
 #[derive(Debug, Clone, Default)]
 struct DeviceTables {
     /// Per function (global index), per typed parameter.
     params: Vec<Vec<Seen>>,
-    /// Per struct, per field.
-    fields: HashMap<String, HashMap<String, Seen>>,
+    /// Per struct, per field (looked up for every symbolic field read in every round: the fast
+    /// hasher).
+    fields: FieldSeen,
     /// Per function (global index): its return value.
     rets: Vec<Seen>,
 }
