@@ -56,7 +56,7 @@ pub(crate) struct CrateAnalysis {
     /// Per build target: device evidence of its files outside test code.
     target_device: Vec<super::DeviceEvidence>,
     /// The crate functions each call reaches: (file, call) -> (file, function).
-    resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
+    resolved_calls: CallMap,
     /// Per function (global index): the calls that reach it, as (file, call).
     call_sites: Vec<Vec<(usize, usize)>>,
     /// Free functions by name.
@@ -73,7 +73,7 @@ pub(crate) struct CrateAnalysis {
     /// Per file: the global index of its first function.
     fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
-    helper_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
+    helper_calls: CallMap,
 }
 
 /// The built-in step markers and those the configuration adds.
@@ -111,7 +111,9 @@ impl Markers<'_> {
 }
 
 /// Struct fields of the crate: struct name -> field -> type name.
-type FieldTable<'n> = HashMap<&'n str, HashMap<&'n str, &'n str>>;
+type FieldTable<'n> = HashMap<&'n str, HashMap<&'n str, &'n str, FastNames>, FastNames>;
+/// Calls by (file, call index), looked up once per call and per round of the device fixed point.
+type CallMap = HashMap<(usize, usize), Vec<GlobalFn>, FastNames>;
 
 /// The type name a hint stands for, with fields looked up in the crate's structs.
 fn resolve<'n>(hint: TypeHint<'n>, fields: &FieldTable<'n>) -> Option<&'n str> {
@@ -228,7 +230,7 @@ impl CrateAnalysis {
         let global = |g: GlobalFn| offsets[g.0] + g.1;
 
         // Struct fields, for `self.optim.step(..)` and `self.metric.update(..)`.
-        let mut fields: FieldTable<'_> = HashMap::new();
+        let mut fields: FieldTable<'_> = HashMap::default();
         for file in files {
             for st in &file.facts.structs {
                 let entry = fields.entry(st.name).or_default();
@@ -356,7 +358,7 @@ impl CrateAnalysis {
             .flat_map(|f| f.facts.fns.iter().map(is_output_helper))
             .collect();
         // Calls into output helpers are not followed: the call itself is what a rule reports.
-        let mut helper_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        let mut helper_calls: CallMap = HashMap::default();
         for (fi, file_targets) in targets.iter_mut().enumerate() {
             for (ci, found) in file_targets.iter_mut().enumerate() {
                 if found.iter().any(|&t| helper[global(t)]) {
@@ -368,7 +370,7 @@ impl CrateAnalysis {
             }
         }
         // Kept for the rules: each call's same-crate targets, and each function's call sites.
-        let mut resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        let mut resolved_calls: CallMap = HashMap::default();
         let mut call_sites: Vec<Vec<(usize, usize)>> = vec![Vec::new(); total_fns];
         for (fi, file_targets) in targets.iter().enumerate() {
             for (ci, found) in file_targets.iter().enumerate() {
@@ -493,12 +495,12 @@ impl CrateAnalysis {
                 .collect(),
             crate_device: Default::default(),
             test_fn: Vec::new(),
-            helper_calls: HashMap::new(),
+            helper_calls: HashMap::default(),
             file_target: Vec::new(),
             target_device: Vec::new(),
             tables: DeviceTables::default(),
             memo: Default::default(),
-            resolved_calls: HashMap::new(),
+            resolved_calls: HashMap::default(),
             call_sites: Vec::new(),
             free_fns: HashMap::new(),
             methods_by_name: HashMap::new(),
@@ -604,7 +606,7 @@ impl CrateAnalysis {
         &mut self,
         files: &[CrateFile<'_>],
         targets: &[Vec<Cow<'_, [GlobalFn]>>],
-        helper_calls: &HashMap<(usize, usize), Vec<GlobalFn>>,
+        helper_calls: &CallMap,
         methods: &FnIndex<'_>,
     ) {
         let params: Vec<Vec<Seen>> = files
