@@ -1639,3 +1639,75 @@ fn first_use_segment(tree: &syn::UseTree) -> Option<&syn::Ident> {
         syn::UseTree::Group(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Macro arguments the scan accepts, and arguments it must leave to the parser.
+    const ACCEPTED: &[&str] = &[
+        "",
+        r#""{}", a, b"#,
+        r#""{x} {y:.3}""#,
+        r#""escaped \" quote (f(x).y)", e"#,
+        "a + b * 2, c == d, e % 10 != 0",
+        "&x, !y, -1, *z",
+        "name = value, 1e-3, 0x1F, 2u8",
+        "self, Self, _",
+    ];
+    const REJECTED: &[&str] = &[
+        r#""{}", x.len()"#,
+        r#""{}", f(x)"#,
+        "a::b",
+        "|x| x",
+        "x as f32",
+        "return x",
+        "S { a }",
+        "[a, b]",
+        "1.5",
+        "a // comment",
+        "'c'",
+        r##"r#"raw"#"##,
+        "x?",
+        "\"unterminated",
+        "déjà",
+    ];
+
+    #[test]
+    fn the_scan_accepts_plain_arguments_and_leaves_the_rest_to_the_parser() {
+        for text in ACCEPTED {
+            assert!(cannot_hold_facts(text), "should accept: {text}");
+        }
+        for text in REJECTED {
+            assert!(!cannot_hold_facts(text), "should reject: {text}");
+        }
+    }
+
+    /// What the scan accepts records nothing when parsed and visited as ordinary expressions (a
+    /// tuple in a function body, visited as macro arguments are): skipping it loses no fact.
+    #[test]
+    fn accepted_arguments_record_no_fact_when_visited() {
+        for text in ACCEPTED.iter().filter(|t| !t.is_empty()) {
+            let source = format!("fn f() {{ let _ = ({text},); }}");
+            let file = SourceFile::parse("t.rs".into(), source).expect("parses");
+            let facts = collect_facts(&file, false);
+            assert_eq!(facts.fns.len(), 1, "{text}");
+            assert!(facts.calls.is_empty(), "calls in {text}");
+            assert!(facts.loops.is_empty(), "loops in {text}");
+            assert!(facts.returns.is_empty(), "returns in {text}");
+            assert!(facts.field_inits.is_empty(), "field inits in {text}");
+            assert!(facts.fns[0].device.is_empty(), "devices in {text}");
+            assert!(facts.frameworks.is_empty(), "frameworks in {text}");
+        }
+    }
+
+    #[test]
+    fn macro_arguments_with_calls_are_still_collected() {
+        let source = "fn f(t: T) { println!(\"{}\", t.to_scalar()); format!(\"{a}\", a = 1); }";
+        let file = SourceFile::parse("t.rs".into(), source.to_string()).expect("parses");
+        let facts = collect_facts(&file, false);
+        let names: Vec<&str> = facts.calls.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["to_scalar"]);
+        assert!(facts.calls[0].in_macro);
+    }
+}
