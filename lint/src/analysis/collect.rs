@@ -544,42 +544,38 @@ impl<'a> Collector<'a> {
     fn fill_devices(&mut self, index: usize) {
         let call = self.facts.calls[index].call;
         let name = self.facts.calls[index].name;
+        // The devices of the arguments, each inferred once: kept for the crate-wide parameter
+        // analysis, and what a path call's operand and a transfer's destination are made of.
+        let args = call.args();
+        let start = self.facts.arg_dev_pool.len();
+        for arg in args {
+            let dev = self.infer_dev(arg);
+            self.facts.arg_dev_pool.push(dev);
+        }
+        let arg_devs = &self.facts.arg_dev_pool[start..];
         let (operand, dest) = match call {
             CallRef::Method(m) => (
                 self.infer_dev(&m.receiver),
                 if is_transfer(name) && m.args.len() == 1 {
-                    self.infer_dev(&m.args[0])
+                    arg_devs[0]
                 } else {
                     Dev::UNKNOWN
                 },
             ),
-            CallRef::Path(c, _) => (
-                merge_devs(c.args.iter().map(|a| self.infer_dev(a))),
-                Dev::UNKNOWN,
-            ),
+            CallRef::Path(..) => (merge_devs(arg_devs.iter().copied()), Dev::UNKNOWN),
         };
+        // Kept only when one of them says something (a call with none stands for "unknown" in
+        // every position).
+        let informative = arg_devs.iter().any(Dev::is_informative);
         let fact = &mut self.facts.calls[index];
         fact.operand = operand;
         fact.dest = dest;
-        // The devices of the arguments, for the crate-wide parameter analysis; kept only when one
-        // of them says something (a call with none stands for "unknown" in every position).
-        let args = call.args();
-        if !args.is_empty() {
-            let start = self.facts.arg_dev_pool.len();
-            for arg in args {
-                let dev = self.infer_dev(arg);
-                self.facts.arg_dev_pool.push(dev);
-            }
-            let informative = self.facts.arg_dev_pool[start..]
-                .iter()
-                .any(Dev::is_informative);
-            if informative {
-                self.facts
-                    .arg_devs
-                    .push((index, start..self.facts.arg_dev_pool.len()));
-            } else {
-                self.facts.arg_dev_pool.truncate(start);
-            }
+        if informative {
+            self.facts
+                .arg_devs
+                .push((index, start..self.facts.arg_dev_pool.len()));
+        } else {
+            self.facts.arg_dev_pool.truncate(start);
         }
     }
 
