@@ -32,6 +32,7 @@ const MAX_INFER_DEPTH: usize = 48;
 /// target, so all of it is test code.
 pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_> {
     let mut collector = Collector {
+        source: file.source.get(file.prefix_len..).unwrap_or(""),
         arena: &file.macro_exprs,
         names: &file.names,
         facts: FileFacts {
@@ -63,6 +64,9 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
 }
 
 struct Collector<'a> {
+    /// The file's text as the parser saw it (after a BOM or shebang line): spans' byte offsets
+    /// index it.
+    source: &'a str,
     arena: &'a typed_arena::Arena<Expr>,
     names: &'a typed_arena::Arena<u8>,
     facts: FileFacts<'a>,
@@ -78,7 +82,8 @@ struct Collector<'a> {
     failure_depth: usize,
     /// How deep the type and device inference currently is.
     infer_depth: std::cell::Cell<usize>,
-    /// Calls recorded so far, by the start of their name: to refer to a call's value.
+    /// Calls recorded so far, by their name's identifier (see [`ident_key`]): to refer to a
+    /// call's value.
     call_at: std::collections::HashMap<usize, usize, FastHash>,
     /// Interned strings by text, so that a name seen again is not copied again.
     interned: std::cell::RefCell<std::collections::HashMap<Box<str>, &'a str, FastHash>>,
@@ -336,6 +341,108 @@ fn is_expression_macro(path: &syn::Path) -> bool {
     })
 }
 
+/// Whether the text of macro arguments holds only tokens that cannot form anything the visitor
+/// records: string literals, numbers, identifiers that are not keywords, and operator
+/// punctuation. Every call and every struct literal, closure, block, macro call, qualified path,
+/// field access, cast or `let` needs a bracket, a `.`, a `:`, a `|` or a keyword, none of which is
+/// accepted here; what is left (single names, literals, arithmetic and comparisons over them,
+/// references) records no fact when visited. Anything unusual (comments, characters, lifetimes,
+/// raw strings, non-ASCII text outside strings) answers `false`, and the arguments are parsed.
+fn cannot_hold_facts(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'"' => {
+                // A string literal: skip to its closing quote (escapes skip the next byte).
+                i += 1;
+                loop {
+                    match bytes.get(i) {
+                        None => return false,
+                        Some(b'\\') => i += 2,
+                        Some(b'"') => break,
+                        Some(_) => i += 1,
+                    }
+                }
+                i += 1;
+            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                if is_keyword(&text[start..i]) {
+                    return false;
+                }
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => i += 1,
+            // `//` and `/*` start comments: not accepted.
+            b'/' if matches!(bytes.get(i + 1), Some(b'/' | b'*')) => return false,
+            b',' | b'&' | b'*' | b'+' | b'-' | b'/' | b'%' | b'=' | b'!' | b'<' | b'>' | b'^' => {
+                i += 1
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Rust's keywords, strict and reserved (`self` and `Self` name values and are not included).
+fn is_keyword(name: &str) -> bool {
+    matches!(
+        name,
+        "as" | "async"
+            | "await"
+            | "break"
+            | "const"
+            | "continue"
+            | "crate"
+            | "dyn"
+            | "else"
+            | "enum"
+            | "extern"
+            | "fn"
+            | "for"
+            | "gen"
+            | "if"
+            | "impl"
+            | "in"
+            | "let"
+            | "loop"
+            | "match"
+            | "mod"
+            | "move"
+            | "mut"
+            | "pub"
+            | "ref"
+            | "return"
+            | "static"
+            | "struct"
+            | "super"
+            | "trait"
+            | "try"
+            | "type"
+            | "union"
+            | "unsafe"
+            | "use"
+            | "where"
+            | "while"
+            | "yield"
+            | "abstract"
+            | "become"
+            | "box"
+            | "do"
+            | "final"
+            | "macro"
+            | "override"
+            | "priv"
+            | "typeof"
+            | "unsized"
+            | "virtual"
+    )
+}
+
 /// Methods whose device arguments are a destination, not evidence of the code's device: the
 /// transfers, and `copy_` (whose argument is the source tensor).
 fn is_transfer_method(name: &str) -> bool {
@@ -386,6 +493,13 @@ fn makes_pinned_buffer(expr: &Expr) -> bool {
     }
 }
 
+/// A key for an identifier of the tree: its address. The trees (and the expressions parsed out of
+/// macros) stay in place while their facts are collected, so each identifier has one address,
+/// and looking it up costs no conversion of its span to a byte offset.
+fn ident_key(ident: &syn::Ident) -> usize {
+    std::ptr::from_ref(ident) as usize
+}
+
 fn join(a: Span, b: Span) -> Span {
     a.join(b).unwrap_or(a)
 }
@@ -407,8 +521,7 @@ impl<'a> Collector<'a> {
             CallRef::Path(..) => TypeHint::Unknown,
         };
         let index = self.facts.calls.len();
-        self.call_at
-            .insert(call.name_span().byte_range().start, index);
+        self.call_at.insert(ident_key(call.name()), index);
         self.facts.calls.push(CallFact {
             call,
             name,
@@ -431,42 +544,38 @@ impl<'a> Collector<'a> {
     fn fill_devices(&mut self, index: usize) {
         let call = self.facts.calls[index].call;
         let name = self.facts.calls[index].name;
+        // The devices of the arguments, each inferred once: kept for the crate-wide parameter
+        // analysis, and what a path call's operand and a transfer's destination are made of.
+        let args = call.args();
+        let start = self.facts.arg_dev_pool.len();
+        for arg in args {
+            let dev = self.infer_dev(arg);
+            self.facts.arg_dev_pool.push(dev);
+        }
+        let arg_devs = &self.facts.arg_dev_pool[start..];
         let (operand, dest) = match call {
             CallRef::Method(m) => (
                 self.infer_dev(&m.receiver),
                 if is_transfer(name) && m.args.len() == 1 {
-                    self.infer_dev(&m.args[0])
+                    arg_devs[0]
                 } else {
                     Dev::UNKNOWN
                 },
             ),
-            CallRef::Path(c, _) => (
-                merge_devs(c.args.iter().map(|a| self.infer_dev(a))),
-                Dev::UNKNOWN,
-            ),
+            CallRef::Path(..) => (merge_devs(arg_devs.iter().copied()), Dev::UNKNOWN),
         };
+        // Kept only when one of them says something (a call with none stands for "unknown" in
+        // every position).
+        let informative = arg_devs.iter().any(Dev::is_informative);
         let fact = &mut self.facts.calls[index];
         fact.operand = operand;
         fact.dest = dest;
-        // The devices of the arguments, for the crate-wide parameter analysis; kept only when one
-        // of them says something (a call with none stands for "unknown" in every position).
-        let args = call.args();
-        if !args.is_empty() {
-            let start = self.facts.arg_dev_pool.len();
-            for arg in args {
-                let dev = self.infer_dev(arg);
-                self.facts.arg_dev_pool.push(dev);
-            }
-            let informative = self.facts.arg_dev_pool[start..]
-                .iter()
-                .any(Dev::is_informative);
-            if informative {
-                self.facts
-                    .arg_devs
-                    .push((index, start..self.facts.arg_dev_pool.len()));
-            } else {
-                self.facts.arg_dev_pool.truncate(start);
-            }
+        if informative {
+            self.facts
+                .arg_devs
+                .push((index, start..self.facts.arg_dev_pool.len()));
+        } else {
+            self.facts.arg_dev_pool.truncate(start);
         }
     }
 
@@ -886,7 +995,7 @@ impl<'a> Collector<'a> {
                     "cpu" if m.args.is_empty() => Dev::known(DeviceKind::Cpu),
                     // What the call returns: a crate function's return value, or (a call outside
                     // the crate) where its receiver and arguments live.
-                    _ => self.returned(m.method.span(), || {
+                    _ => self.returned(&m.method, || {
                         merge_devs(
                             std::iter::once(self.infer_dev(&m.receiver))
                                 .chain(m.args.iter().map(|a| self.infer_dev(a))),
@@ -929,7 +1038,7 @@ impl<'a> Collector<'a> {
                     return Dev::known(DeviceKind::Cpu);
                 }
                 let last = &p.path.segments[n - 1].ident;
-                self.returned(last.span(), || {
+                self.returned(last, || {
                     merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
                 })
             }
@@ -947,9 +1056,9 @@ impl<'a> Collector<'a> {
             Expr::MethodCall(m) if m.method == "unwrap" || m.method == "expect" => {
                 return self.producing_call(&m.receiver, hops);
             }
-            Expr::MethodCall(m) => m.method.span(),
+            Expr::MethodCall(m) => &m.method,
             Expr::Call(c) => match &*c.func {
-                Expr::Path(p) => p.path.segments.last()?.ident.span(),
+                Expr::Path(p) => &p.path.segments.last()?.ident,
                 _ => return None,
             },
             // A binding's initializer, a few bindings deep (`let x = x.f()` shadows `x`).
@@ -959,17 +1068,17 @@ impl<'a> Collector<'a> {
             }
             _ => return None,
         };
-        self.call_at.get(&name.byte_range().start).copied()
+        self.call_at.get(&ident_key(name)).copied()
     }
 
     /// The device of a call's value: known from its operands, else what the recorded call returns
     /// (settled across the crate), else the operands' symbolic sources.
-    fn returned(&self, name: Span, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
+    fn returned(&self, name: &syn::Ident, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
         let dev = operands();
         if dev.kind != DeviceKind::Unknown {
             return dev;
         }
-        match self.call_at.get(&name.byte_range().start) {
+        match self.call_at.get(&ident_key(name)) {
             // The return value first; the operands' own source as the second opinion.
             Some(&index) => Dev {
                 kind: DeviceKind::Unknown,
@@ -1000,7 +1109,7 @@ impl<'a> Collector<'a> {
                     return;
                 }
                 let last = &p.path.segments[n - 1].ident;
-                let Some(&at) = self.call_at.get(&last.span().byte_range().start) else {
+                let Some(&at) = self.call_at.get(&ident_key(last)) else {
                     return;
                 };
                 let qualifier = &p.path.segments[n - 2].ident;
@@ -1568,6 +1677,18 @@ impl<'a> Visit<'a> for Collector<'a> {
         {
             return;
         }
+        // Most arguments are a format string and plain names (`println!("{loss}")`,
+        // `format!("{} {}", a, b)`): nothing there is a call, a qualified path, a closure or a
+        // literal struct, so no fact could come of parsing them. Tokens that cannot make any of
+        // those are recognised without a parse.
+        let body = mac.delimiter.span().join().byte_range();
+        if let Some(text) = self.source.get(body.start + 1..body.end.saturating_sub(1))
+            // Such arguments nest at most one level per byte: none can be too deep to follow.
+            && self.depth + text.len() < MAX_NESTING
+            && cannot_hold_facts(text)
+        {
+            return;
+        }
         let Ok(args) = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) else {
             // Not plain expressions (`vec![0; n]`, tracing's `field = %value`): nothing to see.
             return;
@@ -1682,5 +1803,77 @@ fn first_use_segment(tree: &syn::UseTree) -> Option<&syn::Ident> {
         syn::UseTree::Rename(r) => Some(&r.ident),
         syn::UseTree::Glob(_) => None,
         syn::UseTree::Group(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Macro arguments the scan accepts, and arguments it must leave to the parser.
+    const ACCEPTED: &[&str] = &[
+        "",
+        r#""{}", a, b"#,
+        r#""{x} {y:.3}""#,
+        r#""escaped \" quote (f(x).y)", e"#,
+        "a + b * 2, c == d, e % 10 != 0",
+        "&x, !y, -1, *z",
+        "name = value, 1e-3, 0x1F, 2u8",
+        "self, Self, _",
+    ];
+    const REJECTED: &[&str] = &[
+        r#""{}", x.len()"#,
+        r#""{}", f(x)"#,
+        "a::b",
+        "|x| x",
+        "x as f32",
+        "return x",
+        "S { a }",
+        "[a, b]",
+        "1.5",
+        "a // comment",
+        "'c'",
+        r##"r#"raw"#"##,
+        "x?",
+        "\"unterminated",
+        "déjà",
+    ];
+
+    #[test]
+    fn the_scan_accepts_plain_arguments_and_leaves_the_rest_to_the_parser() {
+        for text in ACCEPTED {
+            assert!(cannot_hold_facts(text), "should accept: {text}");
+        }
+        for text in REJECTED {
+            assert!(!cannot_hold_facts(text), "should reject: {text}");
+        }
+    }
+
+    /// What the scan accepts records nothing when parsed and visited as ordinary expressions (a
+    /// tuple in a function body, visited as macro arguments are): skipping it loses no fact.
+    #[test]
+    fn accepted_arguments_record_no_fact_when_visited() {
+        for text in ACCEPTED.iter().filter(|t| !t.is_empty()) {
+            let source = format!("fn f() {{ let _ = ({text},); }}");
+            let file = SourceFile::parse("t.rs".into(), source).expect("parses");
+            let facts = collect_facts(&file, false);
+            assert_eq!(facts.fns.len(), 1, "{text}");
+            assert!(facts.calls.is_empty(), "calls in {text}");
+            assert!(facts.loops.is_empty(), "loops in {text}");
+            assert!(facts.returns.is_empty(), "returns in {text}");
+            assert!(facts.field_inits.is_empty(), "field inits in {text}");
+            assert!(facts.fns[0].device.is_empty(), "devices in {text}");
+            assert!(facts.frameworks.is_empty(), "frameworks in {text}");
+        }
+    }
+
+    #[test]
+    fn macro_arguments_with_calls_are_still_collected() {
+        let source = "fn f(t: T) { println!(\"{}\", t.to_scalar()); format!(\"{a}\", a = 1); }";
+        let file = SourceFile::parse("t.rs".into(), source.to_string()).expect("parses");
+        let facts = collect_facts(&file, false);
+        let names: Vec<&str> = facts.calls.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["to_scalar"]);
+        assert!(facts.calls[0].in_macro);
     }
 }

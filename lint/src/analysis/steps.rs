@@ -57,7 +57,7 @@ pub(crate) struct CrateAnalysis {
     /// Per build target: device evidence of its files outside test code.
     target_device: Vec<super::DeviceEvidence>,
     /// The crate functions each call reaches: (file, call) -> (file, function).
-    resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
+    resolved_calls: CallMap,
     /// Per function (global index): the calls that reach it, as (file, call).
     call_sites: Vec<Vec<(usize, usize)>>,
     /// Free functions by name.
@@ -74,7 +74,7 @@ pub(crate) struct CrateAnalysis {
     /// Per file: the global index of its first function.
     fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
-    helper_calls: HashMap<(usize, usize), Vec<GlobalFn>>,
+    helper_calls: CallMap,
 }
 
 /// The built-in step markers and those the configuration adds.
@@ -112,7 +112,9 @@ impl Markers<'_> {
 }
 
 /// Struct fields of the crate: struct name -> field -> type name.
-type FieldTable<'n> = HashMap<&'n str, HashMap<&'n str, &'n str>>;
+type FieldTable<'n> = HashMap<&'n str, HashMap<&'n str, &'n str, FastNames>, FastNames>;
+/// Calls by (file, call index), looked up once per call and per round of the device fixed point.
+type CallMap = HashMap<(usize, usize), Vec<GlobalFn>, FastNames>;
 
 /// The type name a hint stands for, with fields looked up in the crate's structs.
 fn resolve<'n>(hint: TypeHint<'n>, fields: &FieldTable<'n>) -> Option<&'n str> {
@@ -194,13 +196,23 @@ impl CrateAnalysis {
         let mut free: FnIndex<'_> = HashMap::default();
         let mut assoc: HashMap<&str, FnIndex<'_>, BuildHasherDefault<NameHasher>> =
             HashMap::default();
+        // Each function's name as text, interned in its file's name arena like the called names.
+        let fn_names: Vec<Vec<&str>> = files
+            .iter()
+            .map(|file| {
+                file.facts
+                    .fns
+                    .iter()
+                    .map(|f| ident_text(f.name, &file.file.names))
+                    .collect()
+            })
+            .collect();
         for (fi, file) in files.iter().enumerate() {
             for (idx, f) in file.facts.fns.iter().enumerate() {
                 if f.is_test {
                     continue;
                 }
-                // Interned in the file's name arena, like the called names.
-                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                let name = fn_names[fi][idx];
                 if f.sig.receiver().is_some() {
                     methods.entry(name).or_default().push((fi, idx));
                 }
@@ -220,7 +232,7 @@ impl CrateAnalysis {
         let global = |g: GlobalFn| offsets[g.0] + g.1;
 
         // Struct fields, for `self.optim.step(..)` and `self.metric.update(..)`.
-        let mut fields: FieldTable<'_> = HashMap::new();
+        let mut fields: FieldTable<'_> = HashMap::default();
         for file in files {
             for st in &file.facts.structs {
                 let entry = fields.entry(st.name).or_default();
@@ -231,12 +243,12 @@ impl CrateAnalysis {
         }
         let mut method_owner: HashMap<&str, Option<&str>> = HashMap::new();
         let mut ambiguous = std::collections::HashSet::new();
-        for file in files {
-            for f in &file.facts.fns {
+        for (fi, file) in files.iter().enumerate() {
+            for (idx, f) in file.facts.fns.iter().enumerate() {
                 if f.is_test || f.sig.receiver().is_none() {
                     continue;
                 }
-                let name: &str = file.file.names.alloc_str(&f.name.to_string());
+                let name = fn_names[fi][idx];
                 let owner = f.self_ty.as_deref();
                 match method_owner.get(name) {
                     None => {
@@ -348,7 +360,7 @@ impl CrateAnalysis {
             .flat_map(|f| f.facts.fns.iter().map(is_output_helper))
             .collect();
         // Calls into output helpers are not followed: the call itself is what a rule reports.
-        let mut helper_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        let mut helper_calls: CallMap = HashMap::default();
         for (fi, file_targets) in targets.iter_mut().enumerate() {
             for (ci, found) in file_targets.iter_mut().enumerate() {
                 if found.iter().any(|&t| helper[global(t)]) {
@@ -360,7 +372,7 @@ impl CrateAnalysis {
             }
         }
         // Kept for the rules: each call's same-crate targets, and each function's call sites.
-        let mut resolved_calls: HashMap<(usize, usize), Vec<GlobalFn>> = HashMap::new();
+        let mut resolved_calls: CallMap = HashMap::default();
         let mut call_sites: Vec<Vec<(usize, usize)>> = vec![Vec::new(); total_fns];
         for (fi, file_targets) in targets.iter().enumerate() {
             for (ci, found) in file_targets.iter().enumerate() {
@@ -485,12 +497,12 @@ impl CrateAnalysis {
                 .collect(),
             crate_device: Default::default(),
             test_fn: Vec::new(),
-            helper_calls: HashMap::new(),
+            helper_calls: HashMap::default(),
             file_target: Vec::new(),
             target_device: Vec::new(),
             tables: DeviceTables::default(),
             memo: Default::default(),
-            resolved_calls: HashMap::new(),
+            resolved_calls: HashMap::default(),
             call_sites: Vec::new(),
             free_fns: HashMap::new(),
             methods_by_name: HashMap::new(),
@@ -608,7 +620,7 @@ impl CrateAnalysis {
         &mut self,
         files: &[CrateFile<'_>],
         targets: &[Vec<Cow<'_, [GlobalFn]>>],
-        helper_calls: &HashMap<(usize, usize), Vec<GlobalFn>>,
+        helper_calls: &CallMap,
         index: &Index<'_, '_>,
         external: &ExternalFacts,
     ) {
@@ -643,7 +655,7 @@ impl CrateAnalysis {
         }
         let mut tables = DeviceTables {
             params,
-            fields: HashMap::new(),
+            fields: HashMap::default(),
             rets: vec![Seen::None; total],
         };
         // Derived setters (`Type::builder().field(x)`, `value.with_field(x)`) store into fields
@@ -733,12 +745,15 @@ impl CrateAnalysis {
                 _ => None,
             }));
         for (owner, field) in set_fields {
-            tables
-                .fields
-                .entry(owner.to_string())
-                .or_default()
-                .entry(field.to_string())
-                .or_insert(Seen::None);
+            // Looked up before inserting: most literals set fields seen already, and an entry
+            // would copy the names each time.
+            let owner = match tables.fields.get_mut(owner) {
+                Some(owner) => owner,
+                None => tables.fields.entry(owner.to_string()).or_default(),
+            };
+            if !owner.contains_key(field) {
+                owner.insert(field.to_string(), Seen::None);
+            }
         }
         // Which functions a call's value can come from: its resolved targets, else (a method the
         // crate defines on several types) every method of that name.
@@ -1322,6 +1337,21 @@ fn offsets_of(files: &[CrateFile<'_>]) -> Vec<usize> {
     offsets
 }
 
+/// An identifier's text as `Display` writes it (`r#` kept), copied into `names` without an
+/// intermediate `String`.
+fn ident_text<'n>(ident: &syn::Ident, names: &'n typed_arena::Arena<u8>) -> &'n str {
+    use std::fmt::Write;
+    thread_local! {
+        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        let _ = write!(buf, "{ident}");
+        names.alloc_str(&buf)
+    })
+}
+
 /// A small, fast hasher for function names (FxHash's multiply-rotate): the lookup runs once per call
 /// of the crate, and names are not attacker-chosen keys.
 #[derive(Default)]
@@ -1503,12 +1533,16 @@ enum Memo {
 }
 
 /// The crate-wide device tables the fixed point fills.
+type FieldSeen = HashMap<String, HashMap<String, Seen, FastNames>, FastNames>;
+type FastNames = BuildHasherDefault<NameHasher>;
+
 #[derive(Debug, Clone, Default)]
 struct DeviceTables {
     /// Per function (global index), per typed parameter.
     params: Vec<Vec<Seen>>,
-    /// Per struct, per field.
-    fields: HashMap<String, HashMap<String, Seen>>,
+    /// Per struct, per field (looked up for every symbolic field read in every round: the fast
+    /// hasher).
+    fields: FieldSeen,
     /// Per function (global index): its return value.
     rets: Vec<Seen>,
 }
