@@ -332,7 +332,17 @@ pub struct FileFacts<'a> {
     pub too_deep: Option<Span>,
 }
 
-impl FileFacts<'_> {
+impl<'a> FileFacts<'a> {
+    /// The devices of call `call`'s arguments, when one of them says something (`None`: every
+    /// argument is of unknown device).
+    pub fn arg_devs_of(&self, call: usize) -> Option<&[values::Dev<'a>]> {
+        let at = self
+            .arg_devs
+            .binary_search_by_key(&call, |(c, _)| *c)
+            .ok()?;
+        Some(&self.arg_dev_pool[self.arg_devs[at].1.clone()])
+    }
+
     /// The index of the innermost function whose body contains byte offset `at`.
     pub fn innermost_fn(&self, at: usize) -> Option<usize> {
         self.fns

@@ -803,12 +803,7 @@ impl CrateAnalysis {
                 if nargs == 0 {
                     continue;
                 }
-                let devs: Option<&[Dev<'_>]> = file
-                    .facts
-                    .arg_devs
-                    .binary_search_by_key(&ci, |(c, _)| *c)
-                    .ok()
-                    .map(|at| &file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()]);
+                let devs = file.facts.arg_devs_of(ci);
                 for &(tf, tidx) in all_targets.iter() {
                     let g = self.fn_offsets[tf] + tidx;
                     // `Type::method(x, ..)` passes `self` first.
@@ -836,14 +831,7 @@ impl CrateAnalysis {
                 });
             }
             for &(_, ci, owner, field) in setter_slots.iter().filter(|s| s.0 == fi) {
-                let dev = file
-                    .facts
-                    .arg_devs
-                    .binary_search_by_key(&ci, |(c, _)| *c)
-                    .ok()
-                    .map_or(Dev::UNKNOWN, |at| {
-                        file.facts.arg_dev_pool[file.facts.arg_devs[at].1.start]
-                    });
+                let dev = file.facts.arg_devs_of(ci).map_or(Dev::UNKNOWN, |d| d[0]);
                 items.push(DevItem {
                     fi,
                     fn_idx: file.facts.calls[ci].fn_idx,
@@ -966,14 +954,7 @@ impl CrateAnalysis {
         let arg_dev = |fi: usize, ci: usize, i: usize| -> DeviceKind {
             let file = &files[fi];
             let call = &file.facts.calls[ci];
-            let dev = file
-                .facts
-                .arg_devs
-                .binary_search_by_key(&ci, |(c, _)| *c)
-                .ok()
-                .map_or(Dev::UNKNOWN, |at| {
-                    file.facts.arg_dev_pool[file.facts.arg_devs[at].1.clone()][i]
-                });
+            let dev = file.facts.arg_devs_of(ci).map_or(Dev::UNKNOWN, |d| d[i]);
             self.resolve_now(files, FileId(fi), call, dev)
         };
         let foreign_type = |q: &str| q != "Self" && q.starts_with(|c: char| c.is_ascii_uppercase());
