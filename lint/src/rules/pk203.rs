@@ -56,7 +56,8 @@ crate::declare_rule! {
     /// ## Python
     /// Python (PyTorch, Lightning): flags one `.to(device)` / `.cuda()` per sample before `torch.stack`
     /// / `torch.cat` (a comprehension inside the call, or a loop that appends to the list stacked
-    /// later), in a collate function or anywhere else.
+    /// later), in a collate function or anywhere else. Values computed from a parameter's
+    /// gradient (`torch.norm(p.grad).to(device)`) are on the device already and are not flagged.
     ///
     /// ```python
     /// def collate(samples):
@@ -679,6 +680,19 @@ fn finding(cx: &PyContext<'_>, file: usize, upload: &PyExprCall, stack: &str) ->
 }
 
 /// A `.to(device)` / `.cuda()` call in `expr` (the element of a per-sample expression).
+/// Whether a value is a parameter's gradient or computed from one (`p.grad`,
+/// `torch.norm(p.grad)`, `p.grad.detach().abs()`).
+fn from_gradient(expr: &PyExpr) -> bool {
+    match expr {
+        PyExpr::Attribute(attr) => attr.attr.as_str() == "grad" || from_gradient(&attr.value),
+        PyExpr::Call(call) => {
+            from_gradient(&call.func) || call.arguments.args.first().is_some_and(from_gradient)
+        }
+        PyExpr::Subscript(s) => from_gradient(&s.value),
+        _ => false,
+    }
+}
+
 fn upload_in<'e>(
     cx: &PyContext<'_>,
     file: usize,
@@ -689,6 +703,11 @@ fn upload_in<'e>(
         return None;
     };
     if let PyExpr::Attribute(attr) = &*call.func {
+        // A gradient lives where its parameter lives: moving a value computed from one copies
+        // nothing from the host.
+        if matches!(attr.attr.as_str(), "cuda" | "to") && from_gradient(&attr.value) {
+            return None;
+        }
         match attr.attr.as_str() {
             "cuda" => return Some(call),
             "to" => {

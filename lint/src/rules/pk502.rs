@@ -61,7 +61,9 @@ crate::declare_rule! {
     /// Python (PyTorch, Lightning): flags a literal `batch_size` below `min-batch-size` in a
     /// `DataLoader` (keyword or positional), a `batch_size=` keyword of any call (a DataModule,
     /// `TrainingArguments(per_device_train_batch_size=..)`), or an argparse `--batch-size` default; not
-    /// when gradient accumulation appears in the package, nor for evaluation loaders (`shuffle=False`).
+    /// when gradient accumulation appears in the package, nor for evaluation loaders (`shuffle=False`),
+    /// nor for a loader that only the function building it iterates, outside any step loop (a pass
+    /// computing a data set's statistics).
     ///
     /// ```python
     /// loader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=8)
@@ -439,7 +441,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             continue;
         }
         let eval = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value);
-        if eval || is_inference_call(path, call.method) {
+        if eval
+            || is_inference_call(path, call.method)
+            || (path.ends_with("DataLoader") && iterated_only_outside_steps(cx, file, call))
+        {
             continue;
         }
         out.push(cx.finding(
@@ -452,6 +457,54 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     if out.len() > start && cx.grad_accumulation() {
         out.truncate(start);
     }
+}
+
+/// Whether a `DataLoader(..)` is used only by the function that builds it, in loops that are not
+/// step loops (a pass computing a dataset's mean and standard deviation): its batches never reach
+/// a training step. The loader must be bound to a name that the function mentions nowhere but in
+/// its binding and in those loops (not returned, stored or passed on).
+fn iterated_only_outside_steps(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
+    let Some(f) = call.fn_idx else {
+        return false;
+    };
+    let facts = &cx.units[file].facts;
+    let call_range = call.call.range();
+    let Some(assign) = facts
+        .assigns
+        .iter()
+        .find(|a| a.fn_idx == Some(f) && !a.loop_target && a.value.range() == call_range)
+    else {
+        return false;
+    };
+    let mut loops = 0;
+    for (l, lp) in facts.loops.iter().enumerate() {
+        let Some(iter) = lp.iter else { continue };
+        if lp.fn_idx != Some(f)
+            || cx
+                .loader_of(file, Some(f), iter, lp.range.start().to_usize())
+                .is_none_or(|c| c.range() != call_range)
+        {
+            continue;
+        }
+        if cx.is_step_loop(file, l) {
+            return false;
+        }
+        loops += 1;
+    }
+    if loops == 0 {
+        return false;
+    }
+    let text = cx.file(file).text(facts.fns[f].range);
+    let name = assign.name.as_ref();
+    let mentions = memchr::memmem::find_iter(text.as_bytes(), name.as_bytes())
+        .filter(|&at| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + name.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+        .count();
+    mentions == 1 + loops
 }
 
 /// A call that exports or runs a trained model (`export_onnx(.., batch_size=1)`,
