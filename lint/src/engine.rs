@@ -707,23 +707,24 @@ impl Manifest {
                 })
                 .clone()
         };
+        // `publish = false`, or `publish = []` (no registry): not published.
+        let publishes = |value: &toml::Value| match value {
+            toml::Value::Boolean(b) => Some(*b),
+            toml::Value::Array(registries) => Some(!registries.is_empty()),
+            _ => None,
+        };
         let publish = match package.get("publish") {
-            Some(toml::Value::Boolean(b)) => *b,
-            Some(toml::Value::Array(registries)) => !registries.is_empty(),
             Some(toml::Value::Table(t))
                 if t.get("workspace").and_then(|w| w.as_bool()) == Some(true) =>
             {
                 workspace_table()
                     .and_then(|(_, ws)| {
-                        match ws.get("workspace")?.get("package")?.get("publish")? {
-                            toml::Value::Boolean(b) => Some(*b),
-                            toml::Value::Array(registries) => Some(!registries.is_empty()),
-                            _ => None,
-                        }
+                        publishes(ws.get("workspace")?.get("package")?.get("publish")?)
                     })
                     .unwrap_or(true)
             }
-            _ => true,
+            Some(value) => publishes(value).unwrap_or(true),
+            None => true,
         };
         let mut path_deps = Vec::new();
         let mut deps_of = |deps: Option<&toml::Value>| {

@@ -89,11 +89,10 @@ impl PyFile {
         let parsed = match parse_source(&source) {
             Ok(parsed) => parsed,
             Err((message, offset)) => {
-                let line = line_starts(&source).partition_point(|&s| s <= offset);
                 return Err(FileError {
                     path,
                     message: format!("syntax error: {message}"),
-                    line: Some(line.max(1)),
+                    line: Some(line_at(&line_starts(&source), offset)),
                 });
             }
         };
@@ -142,10 +141,7 @@ impl PyFile {
         let parsed = match parse_notebook_source(&source) {
             Ok(parsed) => parsed,
             Err((message, offset)) => {
-                let line = line_starts(&source)
-                    .partition_point(|&s| s <= offset)
-                    .max(1);
-                let place = match nb.index.locate(line) {
+                let place = match nb.index.locate(line_at(&line_starts(&source), offset)) {
                     Some((cell, line)) => format!("cell {cell}, line {line}: "),
                     None => String::new(),
                 };
@@ -183,7 +179,7 @@ impl PyFile {
 
     /// 1-based line of a byte offset.
     pub fn line_of(&self, offset: usize) -> usize {
-        self.line_starts().partition_point(|&s| s <= offset).max(1)
+        line_at(self.line_starts(), offset)
     }
 
     fn line_starts(&self) -> &[usize] {
@@ -218,6 +214,11 @@ impl PyFile {
             .get(range.start().to_usize()..range.end().to_usize())
             .unwrap_or("")
     }
+}
+
+/// The 1-based line of byte `offset`, given each line's start.
+fn line_at(starts: &[usize], offset: usize) -> usize {
+    starts.partition_point(|&s| s <= offset).max(1)
 }
 
 fn line_starts(source: &str) -> Vec<usize> {

@@ -429,10 +429,15 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     }
 }
 
+/// Whether a `DataLoader(..)` is built with `shuffle=False` (the order of an evaluation pass).
+pub(crate) fn shuffle_off(call: &PyCall<'_>) -> bool {
+    matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value)
+}
+
 /// Why a `DataLoader(..)` looks like an evaluation loader, if it does: `shuffle=False` with no
 /// sampler, or bound to a name such as `test_loader`, `val_loader`, `eval_dl`, `testloader`.
 fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
-    let unshuffled = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value)
+    let unshuffled = shuffle_off(call)
         && call.keyword("sampler").is_none()
         && call.keyword("batch_sampler").is_none();
     if unshuffled {

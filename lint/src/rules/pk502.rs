@@ -10,7 +10,7 @@ use crate::analysis::patterns::binding_name;
 use crate::analysis::{CallRef, CrateContext, CrateFile, FileId, Framework};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
-use crate::rules::pk301::int_literal;
+use crate::rules::pk301::{int_literal, shuffle_off};
 use crate::rules::{Finding, Rule, RuleMeta};
 
 crate::declare_rule! {
@@ -440,8 +440,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         if value as usize >= min {
             continue;
         }
-        let eval = matches!(call.keyword("shuffle"), Some(PyExpr::BooleanLiteral(b)) if !b.value);
-        if eval
+        if shuffle_off(call)
             || is_inference_call(path, call.method)
             || (path.ends_with("DataLoader") && iterated_only_outside_steps(cx, file, call))
         {
