@@ -182,6 +182,11 @@ impl Config {
         Ok(config)
     }
 
+    /// Whether any `exclude` pattern is configured (else [`Config::is_excluded`] is always false).
+    pub fn excludes_any(&self) -> bool {
+        !self.exclude.is_empty()
+    }
+
     /// Whether a path (as walked) is excluded by the `exclude` globs.
     pub fn is_excluded(&self, path: &Path) -> bool {
         if self.exclude.is_empty() {

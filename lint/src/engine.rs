@@ -83,8 +83,19 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     let mut crates: BTreeMap<(PathBuf, bool), CrateJob> = BTreeMap::new();
     let mut python_roots = HashMap::new();
     let mut discovered = HashMap::new();
+    // The package root and configuration of the last Python file's directory: the walk sorts files,
+    // so a directory's files come one after another and are placed with one lookup.
+    let mut last_python_dir: Option<(PathBuf, PathBuf, Arc<Config>)> = None;
     for file in walked.files {
         let python = is_python(&file);
+        if python
+            && let Some((dir, root, config)) = &last_python_dir
+            && file.parent() == Some(dir.as_path())
+        {
+            let (root, config) = (root.clone(), config.clone());
+            add_file(&mut crates, file, root, python, config);
+            continue;
+        }
         let root = if python {
             crate::python::package_root(&file, &mut python_roots)
         } else {
@@ -112,22 +123,10 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
                 }
             }
         };
-        let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
-        if config.is_excluded(&absolute) {
-            continue;
+        if python && let Some(dir) = file.parent() {
+            last_python_dir = Some((dir.to_path_buf(), root.clone(), config.clone()));
         }
-        let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        let job = crates
-            .entry((root.clone(), python))
-            .or_insert_with(|| CrateJob {
-                root,
-                python,
-                files: Vec::new(),
-                config,
-                bytes: 0,
-            });
-        job.bytes += bytes;
-        job.files.push(file);
+        add_file(&mut crates, file, root, python, config);
     }
     let mut jobs: Vec<CrateJob> = crates.into_values().collect();
     // Largest first, so one big crate does not start last.
@@ -302,6 +301,34 @@ fn lint_crate_guarded(
 }
 
 /// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
+/// Adds `file` to the job of its crate or package, unless its configuration excludes it.
+fn add_file(
+    crates: &mut BTreeMap<(PathBuf, bool), CrateJob>,
+    file: PathBuf,
+    root: PathBuf,
+    python: bool,
+    config: Arc<Config>,
+) {
+    if config.excludes_any() {
+        let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
+        if config.is_excluded(&absolute) {
+            return;
+        }
+    }
+    let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let job = crates
+        .entry((root.clone(), python))
+        .or_insert_with(|| CrateJob {
+            root,
+            python,
+            files: Vec::new(),
+            config,
+            bytes: 0,
+        });
+    job.bytes += bytes;
+    job.files.push(file);
+}
+
 fn is_python(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "py" || e == "ipynb")
 }

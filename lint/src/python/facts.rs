@@ -149,9 +149,15 @@ pub struct PyFacts<'a> {
 
 /// Lowers a module into facts.
 pub fn collect(file: &PyFile) -> PyFacts<'_> {
+    // Every call has a `(`: sized once from their count rather than grown (and copied) as the
+    // visitor goes.
+    let parens = memchr::memchr_iter(b'(', file.source.as_bytes()).count();
     let mut collector = Collector {
         source: &file.source,
-        facts: PyFacts::default(),
+        facts: PyFacts {
+            calls: Vec::with_capacity(parens),
+            ..PyFacts::default()
+        },
         fn_stack: Vec::new(),
         class_stack: Vec::new(),
         loops: Vec::new(),
@@ -574,6 +580,14 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 visitor::walk_expr(self, expr);
                 self.comprehension -= 1;
             }
+            // Leaves hold no call: nothing to record, nothing to walk.
+            Expr::Name(_)
+            | Expr::StringLiteral(_)
+            | Expr::BytesLiteral(_)
+            | Expr::NumberLiteral(_)
+            | Expr::BooleanLiteral(_)
+            | Expr::NoneLiteral(_)
+            | Expr::EllipsisLiteral(_) => {}
             _ => visitor::walk_expr(self, expr),
         }
     }

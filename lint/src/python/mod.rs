@@ -278,8 +278,8 @@ pub struct PyContext<'a> {
     fn_hit: Vec<Vec<Option<PyHit>>>,
     /// Per file, per function: does it contain a step loop (directly or through its calls).
     has_step_loop: Vec<Vec<bool>>,
-    /// Functions by name: (file, fn index).
-    by_name: FxHashMap<&'a str, Vec<(usize, usize)>>,
+    /// Functions by name: (file, fn index), module-level functions and methods apart.
+    by_name: FxHashMap<&'a str, NamedFns>,
     /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
     call_targets: Vec<Vec<Vec<(usize, usize)>>>,
     mixed_precision: OnceLock<bool>,
@@ -293,13 +293,38 @@ const MAX_TARGETS: usize = 3;
 /// How deep calls are followed from a step loop.
 const MAX_CALL_DEPTH: usize = 6;
 
+/// The package's functions of one name.
+#[derive(Default)]
+struct NamedFns {
+    /// Module-level functions: (file, fn index).
+    functions: Vec<(usize, usize)>,
+    /// Methods of classes: (file, fn index).
+    methods: Vec<(usize, usize)>,
+}
+
+/// The targets, unless there are more than [`MAX_TARGETS`] (the name is too common to tell).
+fn capped(targets: impl Iterator<Item = (usize, usize)>) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for target in targets {
+        if out.len() == MAX_TARGETS {
+            return Vec::new();
+        }
+        out.push(target);
+    }
+    out
+}
+
 impl<'a> PyContext<'a> {
     /// Analyses a package.
     pub fn build(units: &'a [PyUnit<'a>], config: &'a Config) -> PyContext<'a> {
-        let mut by_name: FxHashMap<&'a str, Vec<(usize, usize)>> = FxHashMap::default();
+        let mut by_name: FxHashMap<&'a str, NamedFns> = FxHashMap::default();
         for (f, unit) in units.iter().enumerate() {
             for (i, func) in unit.facts.fns.iter().enumerate() {
-                by_name.entry(func.name).or_default().push((f, i));
+                let named = by_name.entry(func.name).or_default();
+                match func.class {
+                    None => named.functions.push((f, i)),
+                    Some(_) => named.methods.push((f, i)),
+                }
             }
         }
         let mut cx = PyContext {
@@ -395,39 +420,29 @@ impl<'a> PyContext<'a> {
         let Some(found) = self.by_name.get(name) else {
             return Vec::new();
         };
+        if !is_self {
+            // A plain call (a module-level function, or a class: its `__init__` is not a step), or
+            // `module.foo(..)`.
+            return capped(found.functions.iter().copied());
+        }
         let caller_class = call
             .fn_idx
             .and_then(|i| self.units[file].facts.fns[i].class);
-        let mut out: Vec<(usize, usize)> = found
-            .iter()
-            .copied()
-            .filter(|&(f, i)| {
-                let callee = &self.units[f].facts.fns[i];
-                if is_self {
-                    callee.class.is_some()
-                        && (caller_class.is_none() || callee.class == caller_class || f != file)
-                } else if call.func_name.is_some() {
-                    // A plain call: a module-level function, or a class (its `__init__` is not a step).
-                    callee.class.is_none()
-                } else {
-                    callee.class.is_none()
-                }
-            })
-            .collect();
-        if is_self && caller_class.is_some() {
-            let same: Vec<(usize, usize)> = out
+        let class_of = |&(f, i): &(usize, usize)| self.units[f].facts.fns[i].class;
+        if caller_class.is_some() {
+            // Methods of the caller's own class first.
+            let mut same = found
+                .methods
                 .iter()
-                .copied()
-                .filter(|&(f, i)| f == file && self.units[f].facts.fns[i].class == caller_class)
-                .collect();
-            if !same.is_empty() {
-                out = same;
+                .filter(|&&(f, i)| f == file && class_of(&(f, i)) == caller_class)
+                .peekable();
+            if same.peek().is_some() {
+                return capped(same.copied());
             }
         }
-        if out.len() > MAX_TARGETS {
-            return Vec::new();
-        }
-        out
+        capped(found.methods.iter().copied().filter(|&(f, i)| {
+            caller_class.is_none() || class_of(&(f, i)) == caller_class || f != file
+        }))
     }
 
     // The fixpoints index several per-function tables with the same (file, function) pair.

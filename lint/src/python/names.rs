@@ -153,12 +153,26 @@ pub fn is_optimizer_name(name: &str) -> bool {
 
 /// An optimizer constructor: `torch.optim.SGD`, `optim.AdamW`, `AdamW`, `bnb.optim.Adam8bit`.
 pub fn is_optimizer_constructor(path: &str) -> bool {
-    // Called for every call of a package: a plain scan of the (short) path, no searcher set-up.
-    let has = |needle: &[u8]| path.as_bytes().windows(needle.len()).any(|w| w == needle);
-    if has(b"optim.") && !has(b"lr_scheduler") {
+    // Called for every call of a package: one pass over the (short) path's bytes, no searcher
+    // set-up. A segment ending in `optim` before the last (`torch.optim.X`, `zero_optim.X`) is an
+    // optimizer's module.
+    let bytes = path.as_bytes();
+    let mut optim_module = false;
+    let mut last_start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'.' {
+            optim_module |= bytes[..i].ends_with(b"optim");
+            last_start = i + 1;
+        }
+    }
+    if optim_module && !path.contains("lr_scheduler") {
         return true;
     }
-    let last = path.rsplit('.').next().unwrap_or(path);
+    let last = &path[last_start..];
+    // Every known optimizer class starts with a capital letter.
+    if !last.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return false;
+    }
     matches!(
         last,
         "SGD"
@@ -261,4 +275,34 @@ pub fn is_evaluation_name(name: &str) -> bool {
     last.split(|c: char| c == '_' || c.is_ascii_digit())
         .any(|part| WORDS.contains(&part))
         || PREFIXES.iter().any(|w| last.starts_with(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optimizer_constructors() {
+        for path in [
+            "torch.optim.SGD",
+            "optim.AdamW",
+            "AdamW",
+            "bnb.optim.Adam8bit",
+            "zero_optim.Make",
+            "torch.optim.custom.Make",
+            "Lion",
+        ] {
+            assert!(is_optimizer_constructor(path), "{path}");
+        }
+        for path in [
+            "torch.optim.lr_scheduler.StepLR",
+            "optim",
+            "torch.nn.Linear",
+            "model.optimizer_step",
+            "optimizer.step",
+            "torch.optimize.Thing",
+        ] {
+            assert!(!is_optimizer_constructor(path), "{path}");
+        }
+    }
 }
