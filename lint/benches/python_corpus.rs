@@ -4,6 +4,10 @@
 //!
 //! Usage (through `bench/python-corpus.sh`, which fetches the corpus):
 //! `cargo bench -p perfkit-lint --bench python_corpus -- [--jobs N] [--runs N] DIR...`
+//!
+//! For profilers (`perf`, `valgrind --tool=callgrind`), `--only PASS` runs one pass `--runs`
+//! times and prints nothing: `none` (only the set-up every pass shares: listing and counting the
+//! files), `floor`, `front` (no rules) or `lint`. A pass's own cost is its count less `none`'s.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,11 +73,13 @@ fn main() -> ExitCode {
     let mut jobs = 2;
     let mut runs = 3;
     let mut dirs = Vec::new();
+    let mut only = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--jobs" => jobs = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
             "--runs" => runs = args.next().and_then(|n| n.parse().ok()).unwrap_or(3),
+            "--only" => only = args.next(),
             // `cargo bench` passes `--bench`.
             flag if flag.starts_with("--") => {}
             dir => dirs.push(PathBuf::from(dir)),
@@ -108,6 +114,28 @@ fn main() -> ExitCode {
     // The same run with no rule selected: walk, parse, facts, step-loop analysis, suppressions.
     let mut front_options = options.clone();
     front_options.select = vec!["PK000".to_string()];
+    if let Some(pass) = only {
+        for _ in 0..runs {
+            let done = match pass.as_str() {
+                "none" => Ok(()),
+                "floor" => {
+                    parse_pass(&pool, &files);
+                    Ok(())
+                }
+                "front" => perfkit_lint::lint(&front_options).map(drop),
+                "lint" => perfkit_lint::lint(&options).map(drop),
+                other => {
+                    eprintln!("--only: unknown pass `{other}` (none, floor, front or lint)");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = done {
+                eprintln!("lint failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let mut failed = 0;
     let mut report = None;
     for _ in 0..runs {

@@ -140,8 +140,8 @@ pub struct PyFacts<'a> {
     pub loops: Vec<PyLoop<'a>>,
     pub calls: Vec<PyCall<'a>>,
     pub assigns: Vec<PyAssign<'a>>,
-    /// Assignment indices by name.
-    pub assigns_by_name: FxHashMap<Cow<'a, str>, Vec<usize>>,
+    /// Assignment indices by name, built on first use (see [`PyFacts::assigns_by_name`]).
+    assigns_index: std::sync::OnceLock<AssignIndex<'a>>,
     pub accumulates: Vec<PyAccumulate<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
@@ -171,20 +171,60 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
     for stmt in &file.module().body {
         collector.visit_stmt(stmt);
     }
-    let mut facts = collector.facts;
-    // Sized once (at most one entry per assignment) rather than grown and rehashed.
-    let mut by_name: FxHashMap<Cow<'_, str>, Vec<usize>> =
-        FxHashMap::with_capacity_and_hasher(facts.assigns.len(), Default::default());
-    for (i, assign) in facts.assigns.iter().enumerate() {
-        match by_name.get_mut(assign.name.as_ref()) {
-            Some(list) => list.push(i),
-            None => {
-                by_name.insert(assign.name.clone(), vec![i]);
+    collector.facts
+}
+
+impl<'a> PyFacts<'a> {
+    /// Assignments by name. Built the first time a rule asks: most modules are never asked.
+    pub fn assigns_by_name(&self) -> &AssignIndex<'a> {
+        self.assigns_index
+            .get_or_init(|| AssignIndex::build(&self.assigns))
+    }
+}
+
+/// A module's assignments by name, newest first. Without a list per name: the newest assignment of
+/// each name, and for every assignment the one before it of the same name.
+#[derive(Debug, Default)]
+pub struct AssignIndex<'a> {
+    newest: FxHashMap<Cow<'a, str>, u32>,
+    previous: Vec<u32>,
+}
+
+/// The end of a chain of [`AssignIndex::previous`].
+const NO_ASSIGN: u32 = u32::MAX;
+
+impl<'a> AssignIndex<'a> {
+    fn build(assigns: &[PyAssign<'a>]) -> AssignIndex<'a> {
+        // Sized once (at most one entry per assignment) rather than grown and rehashed.
+        let mut newest: FxHashMap<Cow<'a, str>, u32> =
+            FxHashMap::with_capacity_and_hasher(assigns.len(), Default::default());
+        let mut previous = Vec::with_capacity(assigns.len());
+        for (i, assign) in assigns.iter().enumerate() {
+            // A module of four billion assignments would not have been read into memory.
+            let i = u32::try_from(i).unwrap_or(NO_ASSIGN - 1);
+            match newest.get_mut(assign.name.as_ref()) {
+                Some(last) => previous.push(std::mem::replace(last, i)),
+                None => {
+                    previous.push(NO_ASSIGN);
+                    newest.insert(assign.name.clone(), i);
+                }
             }
         }
+        AssignIndex { newest, previous }
     }
-    facts.assigns_by_name = by_name;
-    facts
+
+    /// The indices of the assignments to `name`, the newest first.
+    pub fn newest_first<'s>(&'s self, name: &str) -> impl Iterator<Item = usize> + use<'s, 'a> {
+        let mut next = self.newest.get(name).copied().unwrap_or(NO_ASSIGN);
+        std::iter::from_fn(move || {
+            if next == NO_ASSIGN {
+                return None;
+            }
+            let current = next as usize;
+            next = self.previous[current];
+            Some(current)
+        })
+    }
 }
 
 struct Collector<'a> {
@@ -649,22 +689,22 @@ fn dotted_in<'a>(source: &'a str, expr: &'a Expr) -> Option<Cow<'a, str>> {
     match expr {
         Expr::Name(name) => Some(Cow::Borrowed(name.id.as_str())),
         Expr::Attribute(_) => {
+            // The names and the dots between them, counted: when the chain's text is no longer,
+            // it holds nothing else (no space, parenthesis or comment) and is the dotted name.
             let mut base = expr;
+            let mut written = 0;
             while let Expr::Attribute(attr) = base {
+                written += attr.attr.len() + 1;
                 base = &attr.value;
             }
-            if !matches!(base, Expr::Name(_)) {
+            let Expr::Name(name) = base else {
                 return None;
-            }
-            let text = source
-                .get(expr.start().to_usize()..expr.end().to_usize())
-                .filter(|text| {
-                    text.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
-                });
-            match text {
-                Some(text) => Some(Cow::Borrowed(text)),
-                None => dotted(expr).map(Cow::Owned),
+            };
+            written += name.id.len();
+            let range = expr.start().to_usize()..expr.end().to_usize();
+            match source.get(range) {
+                Some(text) if text.len() == written => Some(Cow::Borrowed(text)),
+                _ => dotted(expr).map(Cow::Owned),
             }
         }
         _ => None,

@@ -882,20 +882,20 @@ impl<'a> PyContext<'a> {
     ) -> Option<&'a PyAssign<'a>> {
         let key = facts::dotted(target)?;
         let facts = &self.units[file].facts;
-        let list = facts.assigns_by_name.get(key.as_str())?;
-        let same_fn = list
-            .iter()
-            .rev()
-            .map(|&i| &facts.assigns[i])
+        let same_fn = facts
+            .assigns_by_name()
+            .newest_first(&key)
+            .map(|i| &facts.assigns[i])
             .find(|a| a.fn_idx == fn_idx && a.at < offset);
         if same_fn.is_some() {
             return same_fn;
         }
         // `self.x` set in another method, or a module-level name.
         let is_attr = key.starts_with("self.");
-        list.iter()
-            .rev()
-            .map(|&i| &facts.assigns[i])
+        facts
+            .assigns_by_name()
+            .newest_first(&key)
+            .map(|i| &facts.assigns[i])
             .find(|a| a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx))
     }
 
@@ -908,11 +908,12 @@ impl<'a> PyContext<'a> {
         target: &Expr,
     ) -> impl Iterator<Item = &'a PyAssign<'a>> + use<'a, '_> {
         let facts = &self.units[file].facts;
-        let list = facts::dotted(target)
-            .and_then(|key| facts.assigns_by_name.get(key.as_str()))
-            .map_or(&[][..], Vec::as_slice);
-        list.iter()
-            .map(|&i| &facts.assigns[i])
+        // Newest first: the caller's answer does not depend on the order.
+        let key = facts::dotted(target).unwrap_or_default();
+        facts
+            .assigns_by_name()
+            .newest_first(&key)
+            .map(|i| &facts.assigns[i])
             .filter(move |a| a.fn_idx == assign.fn_idx && !a.loop_target)
     }
 
