@@ -300,7 +300,6 @@ fn lint_crate_guarded(
     })
 }
 
-/// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
 /// Adds `file` to the job of its crate or package, unless its configuration excludes it.
 fn add_file(
     crates: &mut BTreeMap<(PathBuf, bool), CrateJob>,
@@ -329,6 +328,7 @@ fn add_file(
     job.files.push(file);
 }
 
+/// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
 fn is_python(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "py" || e == "ipynb")
 }

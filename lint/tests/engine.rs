@@ -306,6 +306,25 @@ fn configured_step_markers_and_exclude_globs() {
 }
 
 #[test]
+fn exclude_globs_hold_for_every_python_file_of_a_directory() {
+    // Files of one directory are placed together; each is still matched against `exclude`.
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        &dir.path().join("pyproject.toml"),
+        "[tool.perfkit]\nexclude = [\"pkg/b_*.py\"]\n",
+    );
+    let train = "import torch\nmodel = model.cuda()\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n    print(loss.item())\n";
+    for name in ["a_train.py", "b_train.py", "c_train.py"] {
+        write(&dir.path().join("pkg").join(name), train);
+    }
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 2);
+    assert_eq!(codes_at(&report, "a_train.py").len(), 1);
+    assert!(codes_at(&report, "b_train.py").is_empty());
+    assert_eq!(codes_at(&report, "c_train.py").len(), 1);
+}
+
+#[test]
 fn config_errors_name_the_key_and_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     package(dir.path(), "");
