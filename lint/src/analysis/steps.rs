@@ -868,6 +868,13 @@ impl CrateAnalysis {
         });
         let mut records = vec![Recorded::default(); symbolic.len()];
         let mut log = TraceLog::default();
+        // An item whose last working-out found no memo entry depends on the slots it read alone
+        // (and leaves the memo as it is): it is looked at again only from the round after one of
+        // them changed (`due`), found through `readers` (per slot, the items whose working-outs
+        // read it: a list threaded through `reader_links`, stale entries only cost a look).
+        let mut due = vec![0u32; symbolic.len()];
+        let mut readers = vec![NO_LINK; seen.len()];
+        let mut reader_links: Vec<(u32, u32)> = Vec::new();
         for round in 0..8u32 {
             let mut changed = false;
             snapshot.clone_from(&seen);
@@ -886,16 +893,35 @@ impl CrateAnalysis {
             let mut next_record = 0;
             for item in round_items {
                 let found = if item.is_symbolic() {
-                    let record = &mut records[next_record];
+                    let k = next_record;
                     next_record += 1;
-                    if round > 0 && log.holds(record, &changed_at, &mut memo.borrow_mut()) {
-                        record.result
-                    } else {
+                    let record = &mut records[k];
+                    if record.found == 0 && due[k] > round {
+                        // Nothing it read has changed: the same result, joined already.
+                        continue;
+                    }
+                    let held = round > 0 && log.holds(record, &changed_at, &mut memo.borrow_mut());
+                    if !held {
                         tracer.borrow_mut().begin();
                         let found = resolver.dev(item.fi, item.fn_idx, item.dev, 0);
                         log.record(record, round, found, &tracer.borrow(), &memo.borrow());
-                        found
                     }
+                    if record.found == 0 {
+                        due[k] = NO_LINK;
+                        for &slot in log.reads(record) {
+                            let slot = slot as usize;
+                            // Changed by an item before this one in this round: look again in
+                            // the next.
+                            if changed_at[slot] > round {
+                                due[k] = round + 1;
+                            }
+                            if !held {
+                                reader_links.push((k as u32, readers[slot]));
+                                readers[slot] = (reader_links.len() - 1) as u32;
+                            }
+                        }
+                    }
+                    record.result
                 } else {
                     // Known, or unknown with nothing to look up: nothing read, nothing memoized,
                     // the same kind in every round.
@@ -906,6 +932,12 @@ impl CrateAnalysis {
                 {
                     changed = true;
                     changed_at[item.slot] = round + 1;
+                    let mut link = readers[item.slot];
+                    while link != NO_LINK {
+                        let (k, next) = reader_links[link as usize];
+                        due[k as usize] = due[k as usize].min(round + 1);
+                        link = next;
+                    }
                 }
             }
             if !changed {
@@ -1623,6 +1655,9 @@ impl Trace {
     }
 }
 
+/// No link, no round: the end of a list of readers, an item not due.
+const NO_LINK: u32 = u32::MAX;
+
 /// Where an item's last working-out is kept in the [`TraceLog`], and what it found.
 #[derive(Debug, Clone, Copy, Default)]
 struct Recorded {
@@ -1673,6 +1708,12 @@ impl TraceLog {
         self.entries.extend_from_slice(&trace.set);
         self.memos
             .extend(trace.set.iter().map(|&entry| memo[entry as usize]));
+    }
+
+    /// The slots `record`'s working-out read.
+    fn reads(&self, record: &Recorded) -> &[u32] {
+        let start = record.start as usize;
+        &self.entries[start..start + record.reads as usize]
     }
 
     /// Whether working the item out again would repeat `record` step by step: no slot it read
