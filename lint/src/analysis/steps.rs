@@ -67,10 +67,14 @@ pub(crate) struct CrateAnalysis {
     /// Per function (global index): it makes a training step (a step marker in it or in what it
     /// calls).
     trains: Vec<bool>,
-    /// The devices of parameters, fields and return values, settled across the crate.
-    tables: DeviceTables,
-    /// What each call returns, worked out as rules ask: per file, per call.
-    memo: std::cell::RefCell<Vec<Vec<Memo>>>,
+    /// The table slots of parameters, fields and return values.
+    slots: SlotIndex,
+    /// Per slot: the device settled across the crate.
+    seen: Vec<Seen>,
+    /// What each call returns, worked out as rules ask: per call of the crate (`call_base`).
+    memo: std::cell::RefCell<Vec<Memo>>,
+    /// Per file: the index of its first call in `memo`.
+    call_base: Vec<usize>,
     /// Per file: the global index of its first function.
     fn_offsets: Vec<usize>,
     /// Calls into output helpers ([`is_output_helper`]): (file, call index) -> the helpers.
@@ -500,8 +504,10 @@ impl CrateAnalysis {
             helper_calls: HashMap::default(),
             file_target: Vec::new(),
             target_device: Vec::new(),
-            tables: DeviceTables::default(),
+            slots: SlotIndex::default(),
+            seen: Vec::new(),
             memo: Default::default(),
+            call_base: Vec::new(),
             resolved_calls: HashMap::default(),
             call_sites: Vec::new(),
             free_fns: HashMap::new(),
@@ -626,21 +632,26 @@ impl CrateAnalysis {
     ) {
         let methods = index.methods;
         let fields = index.fields;
-        let params: Vec<Vec<Seen>> = files
-            .iter()
-            .flat_map(|f| {
-                f.facts.fns.iter().map(|g| {
-                    let n = g
-                        .sig
-                        .inputs
-                        .iter()
-                        .filter(|i| matches!(i, syn::FnArg::Typed(_)))
-                        .count();
-                    vec![Seen::None; n]
-                })
-            })
-            .collect();
-        let total = params.len();
+        // One slot per typed parameter, per return value and per struct field the crate sets.
+        let mut param_base: Vec<usize> = Vec::new();
+        let mut next_slot = 0;
+        for g in files.iter().flat_map(|f| f.facts.fns.iter()) {
+            param_base.push(next_slot);
+            next_slot += g
+                .sig
+                .inputs
+                .iter()
+                .filter(|i| matches!(i, syn::FnArg::Typed(_)))
+                .count();
+        }
+        let total = param_base.len();
+        param_base.push(next_slot);
+        let mut slots = SlotIndex {
+            param_base,
+            ret_base: next_slot,
+            fields: HashMap::default(),
+        };
+        let mut seen = vec![Seen::None; next_slot + total];
         let has_receiver: Vec<bool> = files
             .iter()
             .flat_map(|f| f.facts.fns.iter().map(|g| g.sig.receiver().is_some()))
@@ -653,11 +664,6 @@ impl CrateAnalysis {
         for file_sites in &mut sites {
             file_sites.sort_unstable_by_key(|(ci, _)| *ci);
         }
-        let mut tables = DeviceTables {
-            params,
-            fields: HashMap::default(),
-            rets: vec![Seen::None; total],
-        };
         // Derived setters (`Type::builder().field(x)`, `value.with_field(x)`) store into fields
         // as struct literals do.
         // Structs of the same name in several modules (each its own `Builder`) share an entry, as
@@ -721,7 +727,7 @@ impl CrateAnalysis {
                 let g = self.fn_offsets[tf] + tidx;
                 let skip = usize::from(has_receiver[g]);
                 for (i, kind) in devs.iter().skip(skip).enumerate() {
-                    if i >= tables.params[g].len() {
+                    if i >= slots.params_of(g) {
                         break;
                     }
                     external_items.push((DevSlot::Param(g, i), *kind));
@@ -745,15 +751,7 @@ impl CrateAnalysis {
                 _ => None,
             }));
         for (owner, field) in set_fields {
-            // Looked up before inserting: most literals set fields seen already, and an entry
-            // would copy the names each time.
-            let owner = match tables.fields.get_mut(owner) {
-                Some(owner) => owner,
-                None => tables.fields.entry(owner.to_string()).or_default(),
-            };
-            if !owner.contains_key(field) {
-                owner.insert(field.to_string(), Seen::None);
-            }
+            slots.field_or_insert(owner, field, &mut seen);
         }
         // Which functions a call's value can come from: its resolved targets, else (a method the
         // crate defines on several types) every method of that name.
@@ -774,12 +772,13 @@ impl CrateAnalysis {
             (found, by_name)
         };
         let offsets = self.fn_offsets.clone();
-        let memo = std::cell::RefCell::new(
-            files
-                .iter()
-                .map(|f| vec![Memo::Unvisited; f.facts.calls.len()])
-                .collect::<Vec<_>>(),
-        );
+        let mut call_base = Vec::with_capacity(files.len());
+        let mut calls = 0;
+        for f in files {
+            call_base.push(calls);
+            calls += f.facts.calls.len();
+        }
+        let memo = std::cell::RefCell::new(vec![Memo::Unvisited; calls]);
         // What the rounds join, in the order they join it: every argument passed to a crate
         // function, struct literal field and returned value. An item whose device is known (or
         // unknown with nothing to look up) joins the same kind in every round, and joining a kind
@@ -791,7 +790,7 @@ impl CrateAnalysis {
                 fi: 0,
                 fn_idx: None,
                 dev: Dev::known(kind),
-                slot,
+                slot: slots.slot_of(slot, &mut seen),
             })
             .collect();
         for (fi, file) in files.iter().enumerate() {
@@ -809,7 +808,7 @@ impl CrateAnalysis {
                     // `Type::method(x, ..)` passes `self` first.
                     let skip = usize::from(!call.call.is_method() && has_receiver[g]);
                     for i in 0..nargs.saturating_sub(skip) {
-                        if i >= tables.params[g].len() {
+                        if i >= slots.params_of(g) {
                             break;
                         }
                         let dev = devs.map_or(Dev::UNKNOWN, |d| d[i + skip]);
@@ -817,7 +816,7 @@ impl CrateAnalysis {
                             fi,
                             fn_idx: call.fn_idx,
                             dev,
-                            slot: DevSlot::Param(g, i),
+                            slot: slots.param_base[g] + i,
                         });
                     }
                 }
@@ -827,7 +826,7 @@ impl CrateAnalysis {
                     fi,
                     fn_idx: init.fn_idx,
                     dev: init.dev,
-                    slot: DevSlot::Field(init.owner, init.field),
+                    slot: slots.slot_of(DevSlot::Field(init.owner, init.field), &mut seen),
                 });
             }
             for &(_, ci, owner, field) in setter_slots.iter().filter(|s| s.0 == fi) {
@@ -836,7 +835,7 @@ impl CrateAnalysis {
                     fi,
                     fn_idx: file.facts.calls[ci].fn_idx,
                     dev,
-                    slot: DevSlot::Field(owner, field),
+                    slot: slots.slot_of(DevSlot::Field(owner, field), &mut seen),
                 });
             }
             for &(f, dev) in &file.facts.returns {
@@ -844,54 +843,102 @@ impl CrateAnalysis {
                     fi,
                     fn_idx: Some(f),
                     dev,
-                    slot: DevSlot::Ret(self.fn_offsets[fi] + f),
+                    slot: slots.ret_base + self.fn_offsets[fi] + f,
                 });
             }
         }
         drop(sites);
         let symbolic: Vec<DevItem<'_>> = items
             .iter()
-            .filter(|item| {
-                item.dev.kind == DeviceKind::Unknown && item.dev.syms.iter().any(Option::is_some)
-            })
+            .filter(|item| item.is_symbolic())
             .copied()
             .collect();
-        let mut snapshot = DeviceTables::default();
-        for round in 0..8 {
+        // Each round resolves against the tables as the previous round left them (`snapshot`)
+        // and joins into `seen`. A symbolic item is worked out again only when something its last
+        // working-out looked at differs now: a slot that has changed since (`changed_at`: the
+        // round after the last change), or a call's memo entry as the items before it in this
+        // round left it. Otherwise the working-out would repeat step by step, so its result and
+        // the memo entries it set are taken from the record ([`Recorded`]). Rounds and their
+        // results are the same as when every item is worked out in every round.
+        let mut snapshot: Vec<Seen> = Vec::new();
+        let mut changed_at = vec![0u32; seen.len()];
+        let tracer = std::cell::RefCell::new(Trace {
+            stamp: vec![0; calls],
+            ..Trace::default()
+        });
+        let mut records = vec![Recorded::default(); symbolic.len()];
+        let mut log = TraceLog::default();
+        // An item whose last working-out found no memo entry depends on the slots it read alone
+        // (and leaves the memo as it is): it is looked at again only from the round after one of
+        // them changed (`due`), found through `readers` (per slot, the items whose working-outs
+        // read it: a list threaded through `reader_links`, stale entries only cost a look).
+        let mut due = vec![0u32; symbolic.len()];
+        let mut readers = vec![NO_LINK; seen.len()];
+        let mut reader_links: Vec<(u32, u32)> = Vec::new();
+        for round in 0..8u32 {
             let mut changed = false;
-            snapshot.params.clone_from(&tables.params);
-            snapshot.fields.clone_from(&tables.fields);
-            snapshot.rets.clone_from(&tables.rets);
-            for file_memo in memo.borrow_mut().iter_mut() {
-                file_memo.fill(Memo::Unvisited);
-            }
+            snapshot.clone_from(&seen);
+            memo.borrow_mut().fill(Memo::Unvisited);
             let resolver = Resolver {
                 files,
                 offsets: &offsets,
-                tables: &snapshot,
+                slots: &slots,
+                seen: &snapshot,
                 value_targets: &value_targets,
                 calls: &memo,
+                call_base: &call_base,
+                trace: Some(&tracer),
             };
             let round_items = if round == 0 { &items } else { &symbolic };
+            let mut next_record = 0;
             for item in round_items {
-                let Some(kind) = resolver.dev(item.fi, item.fn_idx, item.dev, 0) else {
-                    continue;
-                };
-                let slot = match item.slot {
-                    DevSlot::Param(g, i) => &mut tables.params[g][i],
-                    DevSlot::Field(owner, field) => {
-                        let owner = match tables.fields.get_mut(owner) {
-                            Some(owner) => owner,
-                            None => tables.fields.entry(owner.to_string()).or_default(),
-                        };
-                        match owner.get_mut(field) {
-                            Some(slot) => slot,
-                            None => owner.entry(field.to_string()).or_insert(Seen::None),
+                let found = if item.is_symbolic() {
+                    let k = next_record;
+                    next_record += 1;
+                    let record = &mut records[k];
+                    if record.found == 0 && due[k] > round {
+                        // Nothing it read has changed: the same result, joined already.
+                        continue;
+                    }
+                    let held = round > 0 && log.holds(record, &changed_at, &mut memo.borrow_mut());
+                    if !held {
+                        tracer.borrow_mut().begin();
+                        let found = resolver.dev(item.fi, item.fn_idx, item.dev, 0);
+                        log.record(record, round, found, &tracer.borrow(), &memo.borrow());
+                    }
+                    if record.found == 0 {
+                        due[k] = NO_LINK;
+                        for &slot in log.reads(record) {
+                            let slot = slot as usize;
+                            // Changed by an item before this one in this round: look again in
+                            // the next.
+                            if changed_at[slot] > round {
+                                due[k] = round + 1;
+                            }
+                            if !held {
+                                reader_links.push((k as u32, readers[slot]));
+                                readers[slot] = (reader_links.len() - 1) as u32;
+                            }
                         }
                     }
-                    DevSlot::Ret(g) => &mut tables.rets[g],
+                    record.result
+                } else {
+                    // Known, or unknown with nothing to look up: nothing read, nothing memoized,
+                    // the same kind in every round.
+                    resolver.dev(item.fi, item.fn_idx, item.dev, 0)
                 };
-                changed |= slot.join(kind);
+                if let Some(kind) = found
+                    && seen[item.slot].join(kind)
+                {
+                    changed = true;
+                    changed_at[item.slot] = round + 1;
+                    let mut link = readers[item.slot];
+                    while link != NO_LINK {
+                        let (k, next) = reader_links[link as usize];
+                        due[k as usize] = due[k as usize].min(round + 1);
+                        link = next;
+                    }
+                }
             }
             if !changed {
                 break;
@@ -899,11 +946,11 @@ impl CrateAnalysis {
         }
         // The calls' operands are resolved when a rule asks (most never are), against the
         // settled tables.
-        for file_memo in memo.borrow_mut().iter_mut() {
-            file_memo.fill(Memo::Unvisited);
-        }
-        self.tables = tables;
+        memo.borrow_mut().fill(Memo::Unvisited);
+        self.slots = slots;
+        self.seen = seen;
         self.memo = memo;
+        self.call_base = call_base;
     }
 
     /// The device of `dev`, a value at call `call` of `file` (its operand or destination): what
@@ -937,9 +984,12 @@ impl CrateAnalysis {
         let resolver = Resolver {
             files,
             offsets: &self.fn_offsets,
-            tables: &self.tables,
+            slots: &self.slots,
+            seen: &self.seen,
             value_targets: &value_targets,
             calls: &self.memo,
+            call_base: &self.call_base,
+            trace: None,
         };
         resolver
             .dev(file.0, call.fn_idx, dev, 0)
@@ -1490,17 +1540,23 @@ struct DevItem<'a> {
     fn_idx: Option<usize>,
     /// Its device, as the function alone says.
     dev: Dev<'a>,
-    /// Where it goes.
-    slot: DevSlot<'a>,
+    /// Where it goes: a slot of the tables ([`SlotIndex`]).
+    slot: usize,
 }
 
-/// The table entry a [`DevItem`] joins: a parameter (global function, index), a struct field
-/// (owner, field), or a function's return value (global function).
+impl DevItem<'_> {
+    /// Whether its device is worked out from the tables (unknown here, with a source to look up).
+    fn is_symbolic(&self) -> bool {
+        self.dev.kind == DeviceKind::Unknown && self.dev.syms.iter().any(Option::is_some)
+    }
+}
+
+/// What the packages that call this one pass it: a parameter (global function, index) or a
+/// struct field (owner, field), before it has a slot of the tables.
 #[derive(Clone, Copy)]
 enum DevSlot<'a> {
     Param(usize, usize),
     Field(&'a str, &'a str),
-    Ret(usize),
 }
 
 /// What is known of a call's return value during one round of the fixed point.
@@ -1513,33 +1569,208 @@ enum Memo {
     Settled(DeviceKind),
 }
 
-/// The crate-wide device tables the fixed point fills.
-type FieldSeen = HashMap<String, HashMap<String, Seen, FastNames>, FastNames>;
 type FastNames = BuildHasherDefault<NameHasher>;
 
-#[derive(Debug, Clone, Default)]
-struct DeviceTables {
-    /// Per function (global index), per typed parameter.
-    params: Vec<Vec<Seen>>,
-    /// Per struct, per field (looked up for every symbolic field read in every round: the fast
-    /// hasher).
-    fields: FieldSeen,
-    /// Per function (global index): its return value.
-    rets: Vec<Seen>,
+/// Where the fixed point keeps what the crate says of each parameter, struct field and return
+/// value: one slot each, in a `Vec<Seen>`.
+#[derive(Debug, Default)]
+struct SlotIndex {
+    /// Per function (global index), and one past the last: the slot of its first typed parameter.
+    param_base: Vec<usize>,
+    /// The slot of the first function's return value (function `g`'s is `ret_base + g`).
+    ret_base: usize,
+    /// Per struct, per field the crate sets: its slot (looked up for every symbolic field read:
+    /// the fast hasher).
+    fields: HashMap<String, HashMap<String, usize, FastNames>, FastNames>,
+}
+
+impl SlotIndex {
+    /// How many typed parameters function `g` has.
+    fn params_of(&self, g: usize) -> usize {
+        self.param_base[g + 1] - self.param_base[g]
+    }
+
+    /// Parameter `i` of function `g`, when it has one.
+    fn param(&self, g: usize, i: usize) -> Option<usize> {
+        (i < self.params_of(g)).then(|| self.param_base[g] + i)
+    }
+
+    /// Field `field` of struct `owner`, when the crate sets it.
+    fn field(&self, owner: &str, field: &str) -> Option<usize> {
+        self.fields.get(owner)?.get(field).copied()
+    }
+
+    /// Field `field` of struct `owner`, given a new slot (nothing seen) when it has none yet.
+    fn field_or_insert(&mut self, owner: &str, field: &str, seen: &mut Vec<Seen>) -> usize {
+        // Looked up before inserting: most literals set fields seen already, and an entry would
+        // copy the names each time.
+        if let Some(slot) = self.field(owner, field) {
+            return slot;
+        }
+        let slot = seen.len();
+        seen.push(Seen::None);
+        self.fields
+            .entry(owner.to_string())
+            .or_default()
+            .insert(field.to_string(), slot);
+        slot
+    }
+
+    /// The slot a [`DevSlot`] names.
+    fn slot_of(&mut self, slot: DevSlot<'_>, seen: &mut Vec<Seen>) -> usize {
+        match slot {
+            DevSlot::Param(g, i) => self.param_base[g] + i,
+            DevSlot::Field(owner, field) => self.field_or_insert(owner, field, seen),
+        }
+    }
+}
+
+/// What one working-out of an item looks at, kept while it runs: the slots it reads, the memo
+/// entries it finds set by the items before it (or unvisited), and those it sets.
+#[derive(Default)]
+struct Trace {
+    /// The working-out under way (counting from 1).
+    serial: u32,
+    /// Per memo entry: the working-out that last looked at it.
+    stamp: Vec<u32>,
+    reads: Vec<u32>,
+    found: Vec<(u32, Memo)>,
+    set: Vec<u32>,
+}
+
+impl Trace {
+    fn begin(&mut self) {
+        self.serial += 1;
+        self.reads.clear();
+        self.found.clear();
+        self.set.clear();
+    }
+
+    /// Memo entry `entry` holds `memo` as this working-out first looks at it.
+    fn look(&mut self, entry: usize, memo: Memo) {
+        if self.stamp[entry] != self.serial {
+            self.stamp[entry] = self.serial;
+            self.found.push((entry as u32, memo));
+        }
+    }
+}
+
+/// No link, no round: the end of a list of readers, an item not due.
+const NO_LINK: u32 = u32::MAX;
+
+/// Where an item's last working-out is kept in the [`TraceLog`], and what it found.
+#[derive(Debug, Clone, Copy, Default)]
+struct Recorded {
+    /// The round it ran in: it read the tables as they were at the start of that round.
+    round: u32,
+    result: Option<DeviceKind>,
+    /// From here in the log's `entries`: the slots it read, then the memo entries it found, then
+    /// those it set; from `memo_start` in `memos`: what it found in them, then what it set.
+    start: u32,
+    memo_start: u32,
+    reads: u32,
+    found: u32,
+    set: u32,
+}
+
+/// The working-outs of the items, one after another (a record is never changed once written: a
+/// working-out that repeats keeps it, one that does not appends its own).
+#[derive(Default)]
+struct TraceLog {
+    entries: Vec<u32>,
+    memos: Vec<Memo>,
+}
+
+impl TraceLog {
+    /// Keeps the working-out `trace` has just followed, as the item's record.
+    fn record(
+        &mut self,
+        record: &mut Recorded,
+        round: u32,
+        result: Option<DeviceKind>,
+        trace: &Trace,
+        memo: &[Memo],
+    ) {
+        // The log holds a few words per working-out: far below u32::MAX.
+        *record = Recorded {
+            round,
+            result,
+            start: self.entries.len() as u32,
+            memo_start: self.memos.len() as u32,
+            reads: trace.reads.len() as u32,
+            found: trace.found.len() as u32,
+            set: trace.set.len() as u32,
+        };
+        self.entries.extend_from_slice(&trace.reads);
+        self.entries
+            .extend(trace.found.iter().map(|&(entry, _)| entry));
+        self.memos.extend(trace.found.iter().map(|&(_, m)| m));
+        self.entries.extend_from_slice(&trace.set);
+        self.memos
+            .extend(trace.set.iter().map(|&entry| memo[entry as usize]));
+    }
+
+    /// The slots `record`'s working-out read.
+    fn reads(&self, record: &Recorded) -> &[u32] {
+        let start = record.start as usize;
+        &self.entries[start..start + record.reads as usize]
+    }
+
+    /// Whether working the item out again would repeat `record` step by step: no slot it read
+    /// has changed since, and every memo entry it found holds what it held then. When so, sets
+    /// the memo entries it set as it set them.
+    fn holds(&self, record: &Recorded, changed_at: &[u32], memo: &mut [Memo]) -> bool {
+        let start = record.start as usize;
+        let found_at = start + record.reads as usize;
+        let set_at = found_at + record.found as usize;
+        let end = set_at + record.set as usize;
+        let round = record.round;
+        for &slot in &self.entries[start..found_at] {
+            if changed_at[slot as usize] > round {
+                return false;
+            }
+        }
+        let memo_start = record.memo_start as usize;
+        let (found, set) =
+            self.memos[memo_start..memo_start + (end - found_at)].split_at(record.found as usize);
+        for (&entry, &was) in self.entries[found_at..set_at].iter().zip(found) {
+            if memo[entry as usize] != was {
+                return false;
+            }
+        }
+        for (&entry, &value) in self.entries[set_at..end].iter().zip(set) {
+            memo[entry as usize] = value;
+        }
+        true
+    }
 }
 
 /// Resolves symbolic devices against the tables.
 struct Resolver<'r, 'f, 't> {
     files: &'r [CrateFile<'f>],
     offsets: &'r [usize],
-    tables: &'r DeviceTables,
-    /// What each call returns, once worked out against these tables: per file, per call.
-    calls: &'r std::cell::RefCell<Vec<Vec<Memo>>>,
+    slots: &'r SlotIndex,
+    /// Per slot, what the crate says so far.
+    seen: &'r [Seen],
+    /// What each call returns, once worked out against these tables: per call of the crate.
+    calls: &'r std::cell::RefCell<Vec<Memo>>,
+    /// Per file: the index of its first call in `calls`.
+    call_base: &'r [usize],
     /// A call's resolved targets, and (when there are none) the crate's methods of its name.
     value_targets: &'r dyn Fn(usize, usize) -> (Cow<'t, [GlobalFn]>, &'t [GlobalFn]),
+    /// When set, what the working-out looks at is noted there.
+    trace: Option<&'r std::cell::RefCell<Trace>>,
 }
 
 impl Resolver<'_, '_, '_> {
+    /// What slot `slot` says.
+    fn read(&self, slot: usize) -> Seen {
+        if let Some(trace) = self.trace {
+            trace.borrow_mut().reads.push(slot as u32);
+        }
+        self.seen[slot]
+    }
+
     /// The device of `dev` in function `fn_idx` of file `fi`: Some(kind) when settled (Unknown
     /// included), None while a source it depends on is not settled yet.
     fn dev(
@@ -1582,26 +1813,26 @@ impl Resolver<'_, '_, '_> {
         match sym {
             DevSym::Param(i) => {
                 let g = self.offsets[fi] + fn_idx?;
-                self.tables.params[g]
-                    .get(i)
-                    .copied()
-                    .unwrap_or(Seen::Mixed)
+                self.slots
+                    .param(g, i)
+                    .map_or(Seen::Mixed, |slot| self.read(slot))
                     .settled()
             }
             DevSym::Field(owner, field) => self
-                .tables
-                .fields
-                .get(owner)
-                .and_then(|f| f.get(field))
-                .copied()
-                .unwrap_or(Seen::Mixed)
+                .slots
+                .field(owner, field)
+                .map_or(Seen::Mixed, |slot| self.read(slot))
                 .settled(),
             DevSym::RetField(ci, field) => self.ret_field(fi, ci, field, depth),
             DevSym::Ret(ci) => {
-                let known = self.calls.borrow()[fi]
-                    .get(ci)
-                    .copied()
-                    .unwrap_or(Memo::Unvisited);
+                if ci >= self.files[fi].facts.calls.len() {
+                    return self.ret(fi, ci, depth);
+                }
+                let entry = self.call_base[fi] + ci;
+                let known = self.calls.borrow()[entry];
+                if let Some(trace) = self.trace {
+                    trace.borrow_mut().look(entry, known);
+                }
                 match known {
                     Memo::Unvisited => {}
                     // A cycle through this call while it is being worked out: unknown.
@@ -1609,13 +1840,12 @@ impl Resolver<'_, '_, '_> {
                     Memo::Pending => return None,
                     Memo::Settled(kind) => return Some(kind),
                 }
-                if let Some(slot) = self.calls.borrow_mut()[fi].get_mut(ci) {
-                    *slot = Memo::Working;
+                self.calls.borrow_mut()[entry] = Memo::Working;
+                if let Some(trace) = self.trace {
+                    trace.borrow_mut().set.push(entry as u32);
                 }
                 let found = self.ret(fi, ci, depth);
-                if let Some(slot) = self.calls.borrow_mut()[fi].get_mut(ci) {
-                    *slot = found.map_or(Memo::Pending, Memo::Settled);
-                }
+                self.calls.borrow_mut()[entry] = found.map_or(Memo::Pending, Memo::Settled);
                 found
             }
         }
@@ -1650,12 +1880,12 @@ impl Resolver<'_, '_, '_> {
                 syn::ReturnType::Default => None,
             };
             match declared
-                .and_then(|ty| self.tables.fields.get(&ty))
-                .and_then(|fields| fields.get(field))
+                .and_then(|ty| self.slots.field(&ty, field))
+                .map(|slot| self.read(slot))
             {
                 Some(Seen::None) => return None,
                 Some(Seen::One(kind)) => {
-                    seen.join(*kind);
+                    seen.join(kind);
                 }
                 _ => {
                     seen.join(DeviceKind::Unknown);
@@ -1691,7 +1921,7 @@ impl Resolver<'_, '_, '_> {
                 }
                 let mut seen = Seen::None;
                 for &(tf, tidx) in found {
-                    match self.tables.rets[self.offsets[tf] + tidx] {
+                    match self.read(self.slots.ret_base + self.offsets[tf] + tidx) {
                         Seen::None => return None,
                         Seen::One(k) => {
                             seen.join(k);
