@@ -428,20 +428,21 @@ impl<'a> PyContext<'a> {
         let caller_class = call
             .fn_idx
             .and_then(|i| self.units[file].facts.fns[i].class);
-        let class_of = |&(f, i): &(usize, usize)| self.units[f].facts.fns[i].class;
+        let class_of = |f: usize, i: usize| self.units[f].facts.fns[i].class;
         if caller_class.is_some() {
             // Methods of the caller's own class first.
             let mut same = found
                 .methods
                 .iter()
-                .filter(|&&(f, i)| f == file && class_of(&(f, i)) == caller_class)
+                .copied()
+                .filter(|&(f, i)| f == file && class_of(f, i) == caller_class)
                 .peekable();
             if same.peek().is_some() {
-                return capped(same.copied());
+                return capped(same);
             }
         }
         capped(found.methods.iter().copied().filter(|&(f, i)| {
-            caller_class.is_none() || class_of(&(f, i)) == caller_class || f != file
+            caller_class.is_none() || class_of(f, i) == caller_class || f != file
         }))
     }
 
@@ -909,10 +910,10 @@ impl<'a> PyContext<'a> {
     ) -> impl Iterator<Item = &'a PyAssign<'a>> + use<'a, '_> {
         let facts = &self.units[file].facts;
         // Newest first: the caller's answer does not depend on the order.
-        let key = facts::dotted(target).unwrap_or_default();
-        facts
-            .assigns_by_name()
-            .newest_first(&key)
+        let index = facts.assigns_by_name();
+        facts::dotted(target)
+            .into_iter()
+            .flat_map(move |key| index.newest_first(&key))
             .map(|i| &facts.assigns[i])
             .filter(move |a| a.fn_idx == assign.fn_idx && !a.loop_target)
     }
