@@ -887,9 +887,39 @@ fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
             None,
         ));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-    std::io::Read::read_to_end(&mut file, &mut bytes)
-        .map_err(|e| error(walk::io_message(&e), None))?;
+    // Read into a buffer of the size `fstat` gave: `File`'s own `read_to_end` would `fstat` the
+    // file again and `lseek` for its position, and a reader without a size hint reads in 8 KiB
+    // steps; both cost system calls per file. A file that grows meanwhile is still read whole,
+    // up to the limit.
+    let grew = || {
+        error(
+            format!(
+                "file too large (it grew while being read; files over {} MiB are not linted)",
+                limit / (1024 * 1024)
+            ),
+            None,
+        )
+    };
+    let mut bytes = vec![0u8; meta.len() as usize + 1];
+    let mut filled = 0;
+    loop {
+        if filled == bytes.len() {
+            if filled as u64 > limit {
+                return Err(grew());
+            }
+            bytes.resize(filled + filled.max(8192), 0);
+        }
+        match std::io::Read::read(&mut file, &mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(error(walk::io_message(&e), None)),
+        }
+    }
+    if filled as u64 > limit {
+        return Err(grew());
+    }
+    bytes.truncate(filled);
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(error(
             "binary file (contains NUL bytes), not linted".into(),
@@ -953,6 +983,24 @@ fn too_deep_line(source: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_are_read_whole_at_every_size_and_held_to_the_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for len in [0, 1, 4095, 8192, 8193, 100_000] {
+            let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            let path = dir.path().join(format!("f{len}.py"));
+            std::fs::write(&path, &text).unwrap();
+            assert_eq!(read_source(&path).expect("readable"), text, "{len} bytes");
+            // At the limit it is read; one byte over, it is an error naming the limit.
+            assert_eq!(read_source_limited(&path, len as u64).unwrap(), text);
+            if len > 0 {
+                let err = read_source_limited(&path, len as u64 - 1).unwrap_err();
+                assert!(err.message.contains("too large"), "{}", err.message);
+                assert_eq!(err.path, path);
+            }
+        }
+    }
 
     #[test]
     fn manifests_say_publish_and_path_dependencies() {
