@@ -282,10 +282,86 @@ pub struct PyContext<'a> {
     by_name: FxHashMap<&'a str, NamedFns>,
     /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
     call_targets: Vec<Vec<Vec<(usize, usize)>>>,
+    /// The calls of each name of [`INDEXED_NAMES`], then of each suffix of [`INDEXED_SUFFIXES`]
+    /// (see [`PyContext::calls_named`]): (file, call index), in package order.
+    calls_by_name: Vec<Vec<(u32, u32)>>,
     mixed_precision: OnceLock<bool>,
     /// See [`PyContext::cpu_only_program`].
     cpu_only_program: OnceLock<bool>,
     grad_accumulation: OnceLock<bool>,
+}
+
+/// The callee names the rules look up through [`PyContext::calls_named`]: each package indexes
+/// its calls of these names once (see [`indexed_slot`]).
+const INDEXED_NAMES: &[&str] = &[
+    "add",
+    "append",
+    "bool",
+    "cat",
+    "concat",
+    "concatenate",
+    "cpu",
+    "cuda",
+    "empty",
+    "empty_cache",
+    "extend",
+    "float",
+    "full",
+    "int",
+    "item",
+    "load",
+    "numpy",
+    "ones",
+    "print",
+    "putenv",
+    "setdefault",
+    "stack",
+    "synchronize",
+    "to",
+    "tolist",
+    "zeros",
+];
+
+/// The position of `name` in [`INDEXED_NAMES`]. Asked once per call of the package: a `match`
+/// (a jump on the length, then a compare or two) costs a fraction of a search over the list.
+fn indexed_slot(name: &str) -> Option<usize> {
+    Some(match name {
+        "add" => 0,
+        "append" => 1,
+        "bool" => 2,
+        "cat" => 3,
+        "concat" => 4,
+        "concatenate" => 5,
+        "cpu" => 6,
+        "cuda" => 7,
+        "empty" => 8,
+        "empty_cache" => 9,
+        "extend" => 10,
+        "float" => 11,
+        "full" => 12,
+        "int" => 13,
+        "item" => 14,
+        "load" => 15,
+        "numpy" => 16,
+        "ones" => 17,
+        "print" => 18,
+        "putenv" => 19,
+        "setdefault" => 20,
+        "stack" => 21,
+        "synchronize" => 22,
+        "to" => 23,
+        "tolist" => 24,
+        "zeros" => 25,
+        _ => return None,
+    })
+}
+
+/// The callee-name suffixes the rules look up through [`PyContext::calls_named_ending`].
+const INDEXED_SUFFIXES: &[&str] = &["DataLoader", "Trainer", "Fabric"];
+
+/// The last name of a call's callee: `item` of `loss.item()`, `float` of `float(t)`.
+fn call_name<'a>(call: &PyCall<'a>) -> Option<&'a str> {
+    call.method.or(call.func_name)
 }
 
 /// The most functions of one name a call is followed into (more: the name is too common to tell).
@@ -327,6 +403,28 @@ impl<'a> PyContext<'a> {
                 }
             }
         }
+        // Most rules look for calls of a few names: an index, so that each rule reads those calls
+        // only, not every call of the package.
+        let mut calls_by_name = vec![Vec::new(); INDEXED_NAMES.len() + INDEXED_SUFFIXES.len()];
+        for (f, unit) in units.iter().enumerate() {
+            for (i, call) in unit.facts.calls.iter().enumerate() {
+                let Some(name) = call_name(call) else {
+                    continue;
+                };
+                let at = (f as u32, i as u32);
+                if let Some(slot) = indexed_slot(name) {
+                    calls_by_name[slot].push(at);
+                }
+                // The suffixes end in `r` or `c`: most names are passed over on their last byte.
+                if matches!(name.as_bytes().last(), Some(b'r' | b'c')) {
+                    for (k, suffix) in INDEXED_SUFFIXES.iter().enumerate() {
+                        if name.ends_with(suffix) {
+                            calls_by_name[INDEXED_NAMES.len() + k].push(at);
+                        }
+                    }
+                }
+            }
+        }
         let mut cx = PyContext {
             units,
             config,
@@ -348,6 +446,7 @@ impl<'a> PyContext<'a> {
                 .collect(),
             by_name,
             call_targets: Vec::new(),
+            calls_by_name,
             mixed_precision: OnceLock::new(),
             cpu_only_program: OnceLock::new(),
             grad_accumulation: OnceLock::new(),
@@ -755,6 +854,71 @@ impl<'a> PyContext<'a> {
             .iter()
             .enumerate()
             .flat_map(|(f, unit)| unit.facts.calls.iter().map(move |call| (f, call)))
+    }
+
+    /// The calls of the package whose callee's last name is one of `names` (`item` of
+    /// `loss.item()`, `load` of `torch.load(..)`, `float` of `float(t)`), with their file index,
+    /// in package order (as [`PyContext::calls`] lists them). Names of [`INDEXED_NAMES`] are looked
+    /// up; any other name costs a pass over every call.
+    pub fn calls_named(
+        &self,
+        names: &[&str],
+    ) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        self.calls_indexed(names, INDEXED_NAMES, 0, |name, wanted| name == wanted)
+    }
+
+    /// The calls of the package whose callee's last name ends with one of `suffixes`
+    /// (`DataLoader` of `StatefulDataLoader(..)`), in package order. Suffixes of
+    /// [`INDEXED_SUFFIXES`] are looked up; any other costs a pass over every call.
+    pub fn calls_named_ending(
+        &self,
+        suffixes: &[&str],
+    ) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        self.calls_indexed(
+            suffixes,
+            INDEXED_SUFFIXES,
+            INDEXED_NAMES.len(),
+            |name, suffix| name.ends_with(suffix),
+        )
+    }
+
+    fn calls_indexed(
+        &self,
+        keys: &[&str],
+        indexed: &[&str],
+        offset: usize,
+        matches: impl Fn(&str, &str) -> bool,
+    ) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        let mut at: Vec<(u32, u32)> = Vec::new();
+        let mut scan: Vec<&str> = Vec::new();
+        for &key in keys {
+            match indexed.iter().position(|&k| k == key) {
+                Some(slot) => at.extend_from_slice(&self.calls_by_name[offset + slot]),
+                None => scan.push(key),
+            }
+        }
+        if !scan.is_empty() {
+            for (f, unit) in self.units.iter().enumerate() {
+                for (i, call) in unit.facts.calls.iter().enumerate() {
+                    if call_name(call).is_some_and(|name| scan.iter().any(|k| matches(name, k))) {
+                        at.push((f as u32, i as u32));
+                    }
+                }
+            }
+        }
+        if keys.len() > 1 {
+            at.sort_unstable();
+            at.dedup();
+        }
+        self.calls_at(at)
+    }
+
+    fn calls_at(&self, at: Vec<(u32, u32)>) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        let units = self.units;
+        at.into_iter().map(move |(f, i)| {
+            let f = f as usize;
+            (f, &units[f].facts.calls[i as usize])
+        })
     }
 
     /// The file at index `file`.
@@ -1282,4 +1446,68 @@ pub(crate) mod prelude {
     pub(crate) use super::{Device, PyCall, PyContext, ValueKind};
     pub(crate) use ruff_python_ast::{Expr as PyExpr, ExprCall as PyExprCall};
     pub(crate) use ruff_text_size::{Ranged, TextRange};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned<'a>(cx: &PyContext<'a>, keep: impl Fn(&str) -> bool) -> Vec<(usize, usize)> {
+        cx.calls()
+            .filter(|(_, call)| call_name(call).is_some_and(&keep))
+            .map(|(f, call)| (f, call.start))
+            .collect()
+    }
+
+    #[test]
+    fn indexed_calls_are_the_calls_a_scan_finds_in_package_order() {
+        for (slot, name) in INDEXED_NAMES.iter().enumerate() {
+            assert_eq!(indexed_slot(name), Some(slot), "{name}");
+        }
+        assert_eq!(indexed_slot("items"), None);
+        let sources = [
+            "import torch\nx = torch.zeros(3).to(dev)\nfor b in loader:\n    loss.item()\n    float(loss)\n    t.float()\n",
+            "from torch.utils.data import DataLoader\nl = DataLoader(ds)\nm = StatefulDataLoader(ds)\nt = pl.Trainer(precision=32)\nx.to(d).cpu().item()\nf()()\nprint(x)\n",
+        ];
+        let files: Vec<PyFile> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| PyFile::parse(PathBuf::from(format!("m{i}.py")), s.to_string()).unwrap())
+            .collect();
+        let units: Vec<PyUnit<'_>> = files
+            .iter()
+            .map(|file| PyUnit {
+                file,
+                facts: facts::collect(file),
+            })
+            .collect();
+        let config = Config::default();
+        let cx = PyContext::build(&units, &config);
+        let named = |names: &[&str]| -> Vec<(usize, usize)> {
+            cx.calls_named(names).map(|(f, c)| (f, c.start)).collect()
+        };
+        // Indexed names, one and several (merged in package order), and a name that is not
+        // indexed (found by a scan).
+        for names in [
+            &["item"][..],
+            &["to", "cpu", "item", "float", "print"],
+            &["zeros", "to"],
+            &["DataLoader"],
+            &["not_indexed", "item"],
+        ] {
+            let want = scanned(&cx, |n| names.contains(&n));
+            assert!(!want.is_empty() || names == ["not_indexed"], "{names:?}");
+            assert_eq!(named(names), want, "{names:?}");
+        }
+        assert_eq!(named(&["to", "cpu", "item"]).len(), 5);
+        for suffixes in [&["DataLoader"][..], &["Trainer", "Fabric"], &["Loader"]] {
+            let got: Vec<(usize, usize)> = cx
+                .calls_named_ending(suffixes)
+                .map(|(f, c)| (f, c.start))
+                .collect();
+            let want = scanned(&cx, |n| suffixes.iter().any(|s| n.ends_with(s)));
+            assert_eq!(got, want, "{suffixes:?}");
+        }
+        assert_eq!(cx.calls_named_ending(&["DataLoader"]).count(), 2);
+    }
 }

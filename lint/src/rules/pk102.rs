@@ -206,7 +206,7 @@ fn waits_for_an_earlier_iteration(
 /// PK102's Python form: `torch.cuda.synchronize()`, `stream.synchronize()`, `event.synchronize()`
 /// in a step loop.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named(&["synchronize"]) {
         if call.method != Some("synchronize") {
             continue;
         }

@@ -57,7 +57,7 @@ impl Rule for EmptyCacheInStepLoop {
     }
 
     fn check_python(&self, cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-        for (file, call) in cx.calls() {
+        for (file, call) in cx.calls_named(&["empty_cache"]) {
             let Some(path) = call.path.as_deref() else {
                 continue;
             };

@@ -101,7 +101,7 @@ impl Rule for GraphKeptAcrossSteps {
                 );
             }
         }
-        for (file, call) in cx.calls() {
+        for (file, call) in cx.calls_named(&["append", "extend", "add"]) {
             let (Some("append" | "extend" | "add"), Some(list)) = (call.method, call.receiver)
             else {
                 continue;

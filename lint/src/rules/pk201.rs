@@ -870,7 +870,7 @@ fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
 /// to it earlier, or returned by a helper of the package.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     let mut seen = std::collections::HashSet::new();
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named(&["cuda", "to"]) {
         if call.in_test {
             continue;
         }

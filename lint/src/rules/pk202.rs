@@ -150,7 +150,7 @@ fn allocation(
 /// PK202's Python form: `torch.zeros/ones/empty/full(..., device=...)` of a loop-invariant shape
 /// in a step loop.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named(python_names::ALLOCATORS) {
         let Some(path) = call.path.as_deref() else {
             continue;
         };

@@ -607,60 +607,58 @@ impl<'ast> Visit<'ast> for Feeds<'_> {
 /// `torch.cat` (a comprehension inside the call, or a loop that appends to the list stacked
 /// later), in a collate function or anywhere else.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, unit) in cx.units.iter().enumerate() {
-        let calls = &unit.facts.calls;
-        for call in calls {
-            if call.in_test {
+    for (file, call) in cx.calls_named(&["stack", "cat", "concat", "concatenate"]) {
+        let calls = &cx.units[file].facts.calls;
+        if call.in_test {
+            continue;
+        }
+        let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") =
+            call.path.as_deref()
+        else {
+            continue;
+        };
+        let Some(first) = call.call.arguments.args.first() else {
+            continue;
+        };
+        let element = match first {
+            PyExpr::ListComp(c) => Some(&c.elt),
+            PyExpr::Generator(g) => Some(&g.elt),
+            _ => None,
+        };
+        if let Some(element) = element {
+            if let Some(upload) = upload_in(cx, file, call, element) {
+                out.push(finding(
+                    cx,
+                    file,
+                    upload,
+                    call.path.as_deref().unwrap_or("torch.stack"),
+                ));
+            }
+            continue;
+        }
+        // `for s in samples: xs.append(s.to(dev))` ... `torch.stack(xs)`.
+        let Some(list) = facts::dotted(first) else {
+            continue;
+        };
+        for append in calls {
+            if append.fn_idx != call.fn_idx
+                || append.start > call.start
+                || append.loops.is_empty()
+                || append.method != Some("append")
+                || append.receiver.and_then(facts::dotted).as_deref() != Some(list.as_str())
+            {
                 continue;
             }
-            let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") =
-                call.path.as_deref()
-            else {
+            let Some(value) = append.call.arguments.args.first() else {
                 continue;
             };
-            let Some(first) = call.call.arguments.args.first() else {
-                continue;
-            };
-            let element = match first {
-                PyExpr::ListComp(c) => Some(&c.elt),
-                PyExpr::Generator(g) => Some(&g.elt),
-                _ => None,
-            };
-            if let Some(element) = element {
-                if let Some(upload) = upload_in(cx, file, call, element) {
-                    out.push(finding(
-                        cx,
-                        file,
-                        upload,
-                        call.path.as_deref().unwrap_or("torch.stack"),
-                    ));
-                }
-                continue;
-            }
-            // `for s in samples: xs.append(s.to(dev))` ... `torch.stack(xs)`.
-            let Some(list) = facts::dotted(first) else {
-                continue;
-            };
-            for append in calls {
-                if append.fn_idx != call.fn_idx
-                    || append.start > call.start
-                    || append.loops.is_empty()
-                    || append.method != Some("append")
-                    || append.receiver.and_then(facts::dotted).as_deref() != Some(list.as_str())
-                {
-                    continue;
-                }
-                let Some(value) = append.call.arguments.args.first() else {
-                    continue;
-                };
-                if let Some(upload) = upload_in(cx, file, append, value) {
-                    out.push(finding(
-                        cx,
-                        file,
-                        upload,
-                        call.path.as_deref().unwrap_or("torch.stack"),
-                    ));
-                }
+            if let Some(upload) = upload_in(cx, file, append, value) {
+                out.push(finding(
+                    cx,
+                    file,
+                    upload,
+                    call.path.as_deref().unwrap_or("torch.stack"),
+                ));
             }
         }
     }

@@ -378,7 +378,7 @@ impl<'a> ChainWalker<'_, 'a> {
 /// PK301's Python form: `DataLoader(..)` without `num_workers`, or with `num_workers=0`, unless it
 /// serves an in-memory `TensorDataset`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named_ending(&["DataLoader"]) {
         if call.in_test
             || !call
                 .path

@@ -84,7 +84,7 @@ impl Rule for LoaderDefaultBatchSize {
 
 /// PK302's Python form: `DataLoader(..)` without `batch_size` (PyTorch's default is 1).
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named_ending(&["DataLoader"]) {
         if call.in_test
             || !call
                 .path

@@ -155,7 +155,7 @@ fn is_pinned(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>, source: &
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     // `x, y = x.to(dev), y.to(dev)`: one finding per line.
     let mut seen = std::collections::HashSet::new();
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named(&["to", "cuda"]) {
         let (Some(method @ ("to" | "cuda")), Some(recv)) = (call.method, call.receiver) else {
             continue;
         };

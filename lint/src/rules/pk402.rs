@@ -378,6 +378,10 @@ fn call_text(call: &CallFact<'_>) -> String {
 /// `set_device`, `.cuda()`) earlier in the same function or at module level. A bare `import torch`
 /// does not initialise CUDA.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    let setters: Vec<(usize, &PyCall<'_>)> = cx
+        .calls_named(&["setdefault", "putenv"])
+        .filter(|(_, call)| matches!(call.path.as_deref(), Some(p) if p.ends_with("environ.setdefault") || p == "os.putenv"))
+        .collect();
     for (file, unit) in cx.units.iter().enumerate() {
         let mut sets: Vec<(TextRange, Option<usize>)> = Vec::new();
         for (target, key, range, fn_idx) in &unit.facts.subscript_assigns {
@@ -386,15 +390,13 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 sets.push((*range, *fn_idx));
             }
         }
-        for call in &unit.facts.calls {
-            let setter = matches!(call.path.as_deref(), Some(p) if p.ends_with("environ.setdefault") || p == "os.putenv");
-            if setter
-                && call
-                    .call
-                    .arguments
-                    .args
-                    .first()
-                    .is_some_and(visible_devices)
+        for (_, call) in setters.iter().filter(|(f, _)| *f == file) {
+            if call
+                .call
+                .arguments
+                .args
+                .first()
+                .is_some_and(visible_devices)
             {
                 sets.push((call.call.range(), call.fn_idx));
             }

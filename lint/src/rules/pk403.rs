@@ -104,7 +104,7 @@ impl Rule for CheckpointLoadWithoutDevice {
 
 /// PK403's Python form: `torch.load(..)` / `torch.jit.load(..)` without `map_location`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.calls_named(&["load"]) {
         let Some(path @ ("torch.load" | "torch.jit.load")) = call.path.as_deref() else {
             continue;
         };

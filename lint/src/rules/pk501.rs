@@ -413,8 +413,8 @@ impl<'ast> Visit<'ast> for DtypeFinder {
 /// PK501's Python form: Lightning `Trainer(precision=32)` / `"32-true"` (also `Fabric`), or an
 /// optimizer built in a package where no autocast, bfloat16 or half precision appears anywhere.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    let mut reported_package = false;
-    for (file, call) in cx.calls() {
+    let trainers = cx.calls_named_ending(&["Trainer", "Fabric"]);
+    for (file, call) in trainers {
         if call.in_test {
             continue;
         }
@@ -443,20 +443,21 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                     "use `precision=\"bf16-mixed\"` (or `\"16-mixed\"` on GPUs without bfloat16)",
                 ));
             }
-            continue;
         }
-        // The package-wide text scans last: they read every file of the package.
-        if reported_package
-            || !python_names::is_optimizer_constructor(path)
-            || cx.mixed_precision()
-            || cx.cpu_only_program()
-        {
-            continue;
-        }
-        if !path.contains("optim") && call.func_name.is_none() {
-            continue;
-        }
-        reported_package = true;
+    }
+    // The first optimizer built outside tests stands for the package (a trainer is not one). The
+    // package-wide text scans last: they read every file of the package.
+    let optimizer = cx.calls().find(|(_, call)| {
+        let path = call.path.as_deref().unwrap_or("");
+        !call.in_test
+            && !(path.ends_with("Trainer") || path.ends_with("Fabric"))
+            && python_names::is_optimizer_constructor(path)
+            && (path.contains("optim") || call.func_name.is_some())
+    });
+    if let Some((file, call)) = optimizer
+        && !cx.mixed_precision()
+        && !cx.cpu_only_program()
+    {
         out.push(cx.finding(
             file,
             PyContext::callee_range(call),
