@@ -449,8 +449,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     // package-wide text scans last: they read every file of the package.
     let optimizer = cx.calls().find(|(_, call)| {
         let path = call.path.as_deref().unwrap_or("");
+        let trainer = path.ends_with("Trainer") || path.ends_with("Fabric");
         !call.in_test
-            && !(path.ends_with("Trainer") || path.ends_with("Fabric"))
+            && !trainer
             && python_names::is_optimizer_constructor(path)
             && (path.contains("optim") || call.func_name.is_some())
     });
