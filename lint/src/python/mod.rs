@@ -380,14 +380,17 @@ struct NamedFns {
 
 /// The targets, unless there are more than [`MAX_TARGETS`] (the name is too common to tell).
 fn capped(targets: impl Iterator<Item = (usize, usize)>) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
+    // Gathered on the stack: a name with too many targets (`forward`) allocates nothing.
+    let mut found = [(0, 0); MAX_TARGETS];
+    let mut n = 0;
     for target in targets {
-        if out.len() == MAX_TARGETS {
+        if n == MAX_TARGETS {
             return Vec::new();
         }
-        out.push(target);
+        found[n] = target;
+        n += 1;
     }
-    out
+    found[..n].to_vec()
 }
 
 impl<'a> PyContext<'a> {
