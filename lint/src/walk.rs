@@ -59,9 +59,41 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             }
         }
     }
-    files.sort();
+    sort_paths(&mut files);
     files.dedup();
     Walked { files, errors }
+}
+
+/// Sorts paths in `Path` order (component by component). Comparing components parses both paths
+/// at each comparison; for plain paths (one `/` between names, no `.` or `..`, no `/` at the end)
+/// the same order is the byte order with `/` ranked below every other byte, so each path is
+/// turned into such a key once and the keys are compared with `memcmp`.
+fn sort_paths(files: &mut [PathBuf]) {
+    let plain = |path: &PathBuf| {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        !bytes.ends_with(b"/")
+            && !bytes.windows(2).any(|w| w == b"//")
+            && path.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::RootDir
+                )
+            })
+    };
+    if !cfg!(unix) || !files.iter().all(plain) {
+        files.sort();
+        return;
+    }
+    // No path holds a NUL byte: it ranks below every byte of a name, as `/` must.
+    files.sort_by_cached_key(|path| {
+        let mut key = path.as_os_str().as_encoded_bytes().to_vec();
+        for byte in &mut key {
+            if *byte == b'/' {
+                *byte = 0;
+            }
+        }
+        key
+    });
 }
 
 fn walk_error(root: &Path, err: &ignore::Error) -> FileError {
@@ -147,5 +179,56 @@ impl CrateFinder {
         };
         self.cache.insert(dir.to_path_buf(), found.clone());
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_sort_in_path_order() {
+        let names = [
+            "a",
+            "a-b",
+            "a.b",
+            "a/b",
+            "a/b-c",
+            "a/b/c",
+            "a/bc",
+            "a b/c",
+            "ab",
+            "a0/z",
+            "b",
+            "é/x",
+            "A/b",
+            "a/b.py",
+            "a/b_c.py",
+            "a/b/__init__.py",
+            "z",
+            "-x",
+            "src/a/x.py",
+            "src/a-b/x.py",
+        ];
+        for prefix in ["", "/root/", "rel/dir/"] {
+            let mut files: Vec<PathBuf> = names
+                .iter()
+                .rev()
+                .map(|n| PathBuf::from(format!("{prefix}{n}")))
+                .collect();
+            let mut want = files.clone();
+            want.sort();
+            sort_paths(&mut files);
+            assert_eq!(files, want, "prefix {prefix:?}");
+        }
+        // Not plain (`.`, `..`, a doubled or final `/`): component order still.
+        for odd in ["./a", "a/../b", "a//b", "a/"] {
+            let mut files: Vec<PathBuf> =
+                ["-x", "b", odd, "a/c"].iter().map(PathBuf::from).collect();
+            let mut want = files.clone();
+            want.sort();
+            sort_paths(&mut files);
+            assert_eq!(files, want, "{odd}");
+        }
     }
 }
