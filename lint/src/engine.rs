@@ -6,7 +6,7 @@
 //! Workers have large stacks, and the analysis bounds its own recursion, so deeply nested input
 //! becomes an error entry, never a stack overflow.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,7 +80,7 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     // Group files into crates, each with its configuration.
     let mut finder = CrateFinder::new();
     let mut configs: HashMap<PathBuf, Arc<Config>> = HashMap::new();
-    let mut crates: BTreeMap<(PathBuf, bool), CrateJob> = BTreeMap::new();
+    let mut crates = Crates::default();
     let mut python_roots = HashMap::new();
     let mut discovered = HashMap::new();
     // The package root and configuration of the last Python file's directory: the walk sorts files,
@@ -128,9 +128,14 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         }
         add_file(&mut crates, file, root, python, config);
     }
-    let mut jobs: Vec<CrateJob> = crates.into_values().collect();
+    let mut jobs = crates.jobs;
     // Largest first, so one big crate does not start last.
-    jobs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.root.cmp(&b.root)));
+    jobs.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| a.root.cmp(&b.root))
+            .then_with(|| a.python.cmp(&b.python))
+    });
     let total: usize = jobs.iter().map(|j| j.files.len()).sum();
     let done = AtomicUsize::new(0);
     let feeders = workspace_feeders(&jobs);
@@ -300,14 +305,17 @@ fn lint_crate_guarded(
     })
 }
 
+/// The crates and packages of a run, as their files are added.
+#[derive(Default)]
+struct Crates {
+    jobs: Vec<CrateJob>,
+    /// Index in `jobs` by root and language. A hash map: a tree ordered by path compared the
+    /// (long, similar) paths component by component at every level, for every file.
+    index: rustc_hash::FxHashMap<(PathBuf, bool), usize>,
+}
+
 /// Adds `file` to the job of its crate or package, unless its configuration excludes it.
-fn add_file(
-    crates: &mut BTreeMap<(PathBuf, bool), CrateJob>,
-    file: PathBuf,
-    root: PathBuf,
-    python: bool,
-    config: Arc<Config>,
-) {
+fn add_file(crates: &mut Crates, file: PathBuf, root: PathBuf, python: bool, config: Arc<Config>) {
     if config.excludes_any() {
         let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
         if config.is_excluded(&absolute) {
@@ -315,15 +323,18 @@ fn add_file(
         }
     }
     let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-    let job = crates
-        .entry((root.clone(), python))
-        .or_insert_with(|| CrateJob {
+    let Crates { jobs, index } = crates;
+    let at = *index.entry((root.clone(), python)).or_insert_with(|| {
+        jobs.push(CrateJob {
             root,
             python,
             files: Vec::new(),
             config,
             bytes: 0,
         });
+        jobs.len() - 1
+    });
+    let job = &mut jobs[at];
     job.bytes += bytes;
     job.files.push(file);
 }
