@@ -37,12 +37,18 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
 /// [`collect_facts`], keeping each call's device once worked out (`memo`) or working every one
 /// out again each time it is asked for (the reference the memo must agree with).
 fn collect_facts_with(file: &SourceFile, test_file: bool, memo: bool) -> FileFacts<'_> {
+    let source = file.source.get(file.prefix_len..).unwrap_or("");
+    // Every call has its own `(` in the text (calls in macro arguments too, parsed from it): room
+    // for that many calls up front, so that the table of calls is never copied as it grows.
+    let parens = memchr::memchr_iter(b'(', source.as_bytes()).count();
     let mut collector = Collector {
-        source: file.source.get(file.prefix_len..).unwrap_or(""),
+        source,
+        line_starts: None,
         arena: &file.macro_exprs,
         names: &file.names,
         facts: FileFacts {
             test_file,
+            calls: Vec::with_capacity(parens),
             ..FileFacts::default()
         },
         fn_stack: Vec::new(),
@@ -52,7 +58,7 @@ fn collect_facts_with(file: &SourceFile, test_file: bool, memo: bool) -> FileFac
         self_ty_interned: Vec::new(),
         interned: Default::default(),
         call_at: Default::default(),
-        dev_memo: Default::default(),
+        dev_memo: std::cell::RefCell::new(Vec::with_capacity(parens)),
         infer_depth: Default::default(),
         infer_peak: Default::default(),
         memo_off: std::cell::Cell::new(!memo),
@@ -76,6 +82,8 @@ struct Collector<'a> {
     /// The file's text as the parser saw it (after a BOM or shebang line): spans' byte offsets
     /// index it.
     source: &'a str,
+    /// The byte offset of each line of `source`, once a macro needs them.
+    line_starts: Option<Vec<usize>>,
     arena: &'a typed_arena::Arena<Expr>,
     names: &'a typed_arena::Arena<u8>,
     facts: FileFacts<'a>,
@@ -1385,6 +1393,32 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// The bytes of the file that `span` covers: [`Span::byte_range`], worked out from the span's
+    /// lines and columns where the lines are ASCII up to there (a column counts characters, so
+    /// on such a line it is a byte offset too) instead of by counting characters, which the
+    /// span table does from the last offset it converted.
+    fn byte_range(&mut self, span: Span) -> std::ops::Range<usize> {
+        let range = match (self.byte_offset(span.start()), self.byte_offset(span.end())) {
+            (Some(start), Some(end)) => start..end,
+            _ => span.byte_range(),
+        };
+        debug_assert_eq!(range, span.byte_range());
+        range
+    }
+
+    /// The byte offset of a line and column, when the line is ASCII up to the column.
+    fn byte_offset(&mut self, at: proc_macro2::LineColumn) -> Option<usize> {
+        let source = self.source;
+        let starts = self.line_starts.get_or_insert_with(|| {
+            std::iter::once(0)
+                .chain(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1))
+                .collect()
+        });
+        let start = *starts.get(at.line.checked_sub(1)?)?;
+        let before = source.as_bytes().get(start..start + at.column)?;
+        before.is_ascii().then_some(start + at.column)
+    }
+
     fn deeper(&mut self, span: impl FnOnce() -> Span) -> bool {
         self.depth += 1;
         if self.depth > MAX_NESTING {
@@ -1893,7 +1927,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         // `format!("{} {}", a, b)`): nothing there is a call, a qualified path, a closure or a
         // literal struct, so no fact could come of parsing them. Tokens that cannot make any of
         // those are recognised without a parse.
-        let body = mac.delimiter.span().join().byte_range();
+        let body = self.byte_range(mac.delimiter.span().join());
         if let Some(text) = self.source.get(body.start + 1..body.end.saturating_sub(1))
             // Such arguments nest at most one level per byte: none can be too deep to follow.
             && self.depth + text.len() < MAX_NESTING
