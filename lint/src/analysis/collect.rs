@@ -6,7 +6,7 @@ use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Expr, Token};
 
-use super::device::{DeviceKind, device_of_expr, device_of_path};
+use super::device::{DeviceKind, device_of_path, device_of_path_named};
 use super::frameworks::{Framework, Frameworks};
 use super::patterns::binding_name;
 use super::values::{
@@ -1116,6 +1116,20 @@ impl<'a> Collector<'a> {
         dev
     }
 
+    /// Runs `f` on the text of a call's name: from the record of call `call` when it is recorded
+    /// (the same text, kept when it was), else from the identifier.
+    fn with_call_name<R>(
+        &self,
+        call: Option<usize>,
+        ident: &syn::Ident,
+        f: impl FnOnce(&str) -> R,
+    ) -> R {
+        match call {
+            Some(index) => f(self.facts.calls[index].name),
+            None => with_ident_str(ident, f),
+        }
+    }
+
     /// The number of the recorded call that `expr` is, if it is one.
     fn recorded_call(&self, expr: &Expr) -> Option<usize> {
         let name = match expr {
@@ -1209,7 +1223,8 @@ impl<'a> Collector<'a> {
             Expr::Tuple(t) => merge_devs(t.elems.iter().map(|e| self.infer_dev(e))),
             // The name is read first, and the operands worked out after (not inside
             // `with_ident_str`, whose buffer a nested call could not use).
-            Expr::MethodCall(m) => match with_ident_str(&m.method, |name| {
+            // A recorded call's name is read from its record, not formatted again.
+            Expr::MethodCall(m) => match self.with_call_name(call, &m.method, |name| {
                 if is_transfer(name) && m.args.len() == 1 {
                     return MethodDev::Transfer;
                 }
@@ -1234,7 +1249,10 @@ impl<'a> Collector<'a> {
                 let Expr::Path(p) = &*c.func else {
                     return Dev::UNKNOWN;
                 };
-                let named = device_of_expr(expr);
+                let n = p.path.segments.len();
+                let named = self.with_call_name(call, &p.path.segments[n - 1].ident, |name| {
+                    device_of_path_named(&p.path, name)
+                });
                 if named != DeviceKind::Unknown {
                     return Dev::known(named);
                 }
@@ -1247,7 +1265,6 @@ impl<'a> Collector<'a> {
                     return binding.dev;
                 }
                 // tch builds `Tensor::from_slice(..)` (and friends) on the CPU.
-                let n = p.path.segments.len();
                 if n >= 2
                     && p.path.segments[n - 2].ident == "Tensor"
                     && self.facts.frameworks.contains(Framework::Tch)
@@ -2215,6 +2232,18 @@ mod tests {
             assert_eq!(operand_of(facts, "g"), DeviceKind::Unknown);
             assert_eq!(operand_of(facts, "k"), DeviceKind::Cpu);
         });
+    }
+
+    /// A macro's arguments are found from lines and columns on ASCII lines, and through the span
+    /// table after a non-ASCII character on the same line (debug builds also compare the two).
+    #[test]
+    fn macro_arguments_are_found_after_non_ascii_text() {
+        let source = "fn f(t: T) {\n    let s = \"déjà\"; println!(\"{}\", t.a());\n    \
+                      println!(\"{} é\", t.b());\n    assert!(t.c(), \"ü\");\n}";
+        let file = SourceFile::parse("t.rs".into(), source.to_string()).expect("parses");
+        let facts = collect_facts(&file, false);
+        let names: Vec<&str> = facts.calls.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["a", "b", "c"]);
     }
 
     #[test]
