@@ -14,6 +14,11 @@
 //! parsed under `catch_unwind`; the lint catches a panic per crate and reports that crate's files as
 //! errors, which are counted here; a lint run that panics anyway is re-run crate by crate to name the
 //! crates that panic. The run exits with a failure status when anything panicked.
+//!
+//! For profilers (`perf`, `valgrind --tool=callgrind`), `--only PASS` runs one pass `--runs` times
+//! and prints nothing: `none` (only the set-up every pass shares: listing the files and counting
+//! their lines), `floor` (the parse-only pass), `front` (the lint with no rule selected: walk,
+//! parse, facts, crate-wide analysis) or `lint`. A pass's own cost is its count less `none`'s.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -30,6 +35,17 @@ struct Args {
     corpus: PathBuf,
     jobs: usize,
     runs: usize,
+    /// `--only PASS`: run only that pass, print nothing.
+    only: Option<Only>,
+}
+
+/// The passes `--only` can run on their own.
+#[derive(Clone, Copy)]
+enum Only {
+    None,
+    Floor,
+    Front,
+    Lint,
 }
 
 enum ArgError {
@@ -49,11 +65,30 @@ fn parse_args() -> Result<Args, ArgError> {
     let mut corpus = None;
     let mut jobs = 2;
     let mut runs = 3;
+    let mut only = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--jobs" | "-j" => jobs = number(args.next(), "--jobs")?,
             "--runs" => runs = number(args.next(), "--runs")?,
+            "--only" => {
+                only = Some(match args.next().as_deref() {
+                    Some("none") => Only::None,
+                    Some("floor") => Only::Floor,
+                    Some("front") => Only::Front,
+                    Some("lint") => Only::Lint,
+                    Some(other) => {
+                        return Err(ArgError::Bad(format!(
+                            "--only: unknown pass `{other}` (none, floor, front or lint)"
+                        )));
+                    }
+                    None => {
+                        return Err(ArgError::Bad(
+                            "--only needs a pass: none, floor, front or lint".to_string(),
+                        ));
+                    }
+                });
+            }
             // `cargo bench` passes `--bench` to every bench target.
             "--bench" => {}
             other if other.starts_with('-') => {
@@ -78,6 +113,7 @@ fn parse_args() -> Result<Args, ArgError> {
         corpus,
         jobs: jobs.max(1),
         runs: runs.max(1),
+        only,
     })
 }
 
@@ -179,6 +215,33 @@ fn lint_pass(corpus: &Path, jobs: usize) -> Result<Option<LintReport>, String> {
         Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Ok(None),
     }
+}
+
+/// `--only PASS`: that pass `--runs` times, nothing printed; a failure or panic fails the run.
+fn run_only(only: Only, pool: &rayon::ThreadPool, files: &[PathBuf], args: &Args) -> ExitCode {
+    let mut front = lint_options(vec![args.corpus.clone()], args.jobs);
+    front.select = vec!["PK000".to_string()];
+    let lint = lint_options(vec![args.corpus.clone()], args.jobs);
+    for _ in 0..args.runs {
+        let done = match only {
+            Only::None => Ok(()),
+            Only::Floor => {
+                let pass = parse_pass(pool, files);
+                if pass.panics > 0 {
+                    eprintln!("corpus: {} files made the parser panic", pass.panics);
+                    return ExitCode::FAILURE;
+                }
+                Ok(())
+            }
+            Only::Front => perfkit_lint::lint(&front).map(drop),
+            Only::Lint => perfkit_lint::lint(&lint).map(drop),
+        };
+        if let Err(error) = done {
+            eprintln!("corpus: the lint failed: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Lints each crate directory of the corpus on its own and names those that panic.
@@ -287,6 +350,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+
+    if let Some(only) = args.only {
+        return run_only(only, &pool, &files, &args);
+    }
 
     let mut parse = Best::default();
     let mut lint = Best::default();

@@ -6,8 +6,8 @@ use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Expr, Token};
 
-use super::device::{DeviceKind, device_of_expr, device_of_path};
-use super::frameworks::Framework;
+use super::device::{DeviceKind, device_of_path, device_of_path_named};
+use super::frameworks::{Framework, Frameworks};
 use super::patterns::binding_name;
 use super::values::{
     Binding, Dev, DevSym, TypeHint, generic_bounds, is_optimizer_builder, is_passthrough_method,
@@ -31,12 +31,24 @@ const MAX_INFER_DEPTH: usize = 48;
 /// Collects the facts of one parsed file. `test_file`: the file belongs to a test or benchmark
 /// target, so all of it is test code.
 pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_> {
+    collect_facts_with(file, test_file, true)
+}
+
+/// [`collect_facts`], keeping each call's device once worked out (`memo`) or working every one
+/// out again each time it is asked for (the reference the memo must agree with).
+fn collect_facts_with(file: &SourceFile, test_file: bool, memo: bool) -> FileFacts<'_> {
+    let source = file.source.get(file.prefix_len..).unwrap_or("");
+    // Every call has its own `(` in the text (calls in macro arguments too, parsed from it): room
+    // for that many calls up front, so that the table of calls is never copied as it grows.
+    let parens = memchr::memchr_iter(b'(', source.as_bytes()).count();
     let mut collector = Collector {
-        source: file.source.get(file.prefix_len..).unwrap_or(""),
+        source,
+        line_starts: None,
         arena: &file.macro_exprs,
         names: &file.names,
         facts: FileFacts {
             test_file,
+            calls: Vec::with_capacity(parens),
             ..FileFacts::default()
         },
         fn_stack: Vec::new(),
@@ -46,11 +58,14 @@ pub(crate) fn collect_facts(file: &SourceFile, test_file: bool) -> FileFacts<'_>
         self_ty_interned: Vec::new(),
         interned: Default::default(),
         call_at: Default::default(),
+        dev_memo: std::cell::RefCell::new(Vec::with_capacity(parens)),
         infer_depth: Default::default(),
+        infer_peak: Default::default(),
+        memo_off: std::cell::Cell::new(!memo),
         failure_depth: 0,
         trait_of_impl: Vec::new(),
         generics: Vec::new(),
-        scopes: Vec::new(),
+        scopes: Scopes::default(),
         test_depth: usize::from(test_file),
         depth: 0,
         macro_depth: 0,
@@ -67,6 +82,8 @@ struct Collector<'a> {
     /// The file's text as the parser saw it (after a BOM or shebang line): spans' byte offsets
     /// index it.
     source: &'a str,
+    /// The byte offset of each line of `source`, once a macro needs them.
+    line_starts: Option<Vec<usize>>,
     arena: &'a typed_arena::Arena<Expr>,
     names: &'a typed_arena::Arena<u8>,
     facts: FileFacts<'a>,
@@ -82,6 +99,15 @@ struct Collector<'a> {
     failure_depth: usize,
     /// How deep the type and device inference currently is.
     infer_depth: std::cell::Cell<usize>,
+    /// The deepest [`Self::infer_depth`] the inference under way has checked (see [`DevMemo`]).
+    infer_peak: std::cell::Cell<usize>,
+    /// The device of each recorded call's value, by call number, once worked out: an outer call
+    /// of a chain (`a.b().c().d()`) reads its receiver's device here instead of walking the inner
+    /// chain again.
+    dev_memo: std::cell::RefCell<Vec<Option<DevMemo<'a>>>>,
+    /// Set to work every device out afresh: while a memo hit is checked against a fresh
+    /// working-out (debug builds), or to compare with the memo (tests).
+    memo_off: std::cell::Cell<bool>,
     /// Calls recorded so far, by their name's identifier (see [`ident_key`]): to refer to a
     /// call's value.
     call_at: std::collections::HashMap<usize, usize, FastHash>,
@@ -92,13 +118,120 @@ struct Collector<'a> {
     /// Generic parameters in scope with their first bound, innermost last.
     generics: Vec<(String, String)>,
     /// Local bindings in scope, one frame per block, function or closure.
-    scopes: Vec<Vec<Binding<'a>>>,
+    scopes: Scopes<'a>,
     test_depth: usize,
     depth: usize,
     macro_depth: usize,
     device_arg_depth: usize,
     /// Set while visiting the path of a path expression (not its generic arguments' types).
     in_expr_path: bool,
+}
+
+/// A call's device as [`Collector::infer_dev`] worked it out, and what that depended on besides
+/// the call's own syntax (and the calls inside it, recorded before it is asked for): the local
+/// bindings in scope, the frameworks seen so far, and how deep the working-out went.
+#[derive(Debug, Clone, Copy)]
+struct DevMemo<'a> {
+    dev: Dev<'a>,
+    /// Levels of inference below the call that the working-out checked: asked again from `d`
+    /// levels down, the same working-out would go to `d + height`, and gives the same device
+    /// when that is within [`MAX_INFER_DEPTH`].
+    height: usize,
+    /// [`Scopes::version`] when it was worked out.
+    scope: u64,
+    frameworks: Frameworks,
+}
+
+/// The local bindings in scope, one frame per block, function or closure, with a version that
+/// names the set of bindings visible: two moments with the same version see the same bindings.
+/// Every change takes a fresh number; leaving a frame gives back the number from before it was
+/// entered (whatever was added since went into it or into frames inside it, left with it).
+#[derive(Default)]
+struct Scopes<'a> {
+    frames: Vec<Vec<Binding<'a>>>,
+    version: u64,
+    /// The last number given out.
+    last: u64,
+    /// The version before each frame was entered.
+    saved: Vec<u64>,
+}
+
+impl<'a> Scopes<'a> {
+    fn renumber(&mut self) {
+        self.last += 1;
+        self.version = self.last;
+    }
+
+    fn push(&mut self, frame: Vec<Binding<'a>>) {
+        self.saved.push(self.version);
+        // An empty frame hides nothing and shows nothing new.
+        if !frame.is_empty() {
+            self.renumber();
+        }
+        self.frames.push(frame);
+    }
+
+    fn pop(&mut self) {
+        self.frames.pop();
+        if let Some(version) = self.saved.pop() {
+            self.version = version;
+        }
+    }
+
+    /// Adds bindings to the innermost frame (none when there is no frame).
+    fn extend(&mut self, bindings: impl IntoIterator<Item = Binding<'a>>) {
+        let Some(frame) = self.frames.last_mut() else {
+            return;
+        };
+        let before = frame.len();
+        frame.extend(bindings);
+        if frame.len() != before {
+            self.renumber();
+        }
+    }
+
+    /// Swaps in the frames of a function body (a nested fn does not see the enclosing function's
+    /// locals); [`Self::restore`] puts back what this returns.
+    fn replace(&mut self, frames: Vec<Vec<Binding<'a>>>) -> (Vec<Vec<Binding<'a>>>, u64) {
+        let outer = std::mem::replace(&mut self.frames, frames);
+        let version = self.version;
+        self.renumber();
+        (outer, version)
+    }
+
+    fn restore(&mut self, (frames, version): (Vec<Vec<Binding<'a>>>, u64)) {
+        self.frames = frames;
+        self.version = version;
+    }
+
+    fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
+        // Compared in place (an identifier compares with a `&str` without being formatted).
+        self.frames
+            .iter()
+            .rev()
+            .flat_map(|frame| frame.iter().rev())
+            .find(|b| name == b.name)
+            .copied()
+    }
+}
+
+/// What a method's name says of the device of its value.
+enum MethodDev {
+    /// A transfer: where its argument is.
+    Transfer,
+    /// `.cuda()`, `.cpu()`.
+    Known(DeviceKind),
+    /// What the call returns.
+    Returned,
+}
+
+/// What a method's name says of the type of its value.
+enum MethodTy {
+    /// The receiver's type (`clone`, `unwrap`, `with_..`, `set_..`).
+    Receiver,
+    /// An optimizer when the receiver is an optimizer builder (`init`, `build`).
+    Builder,
+    Unknown,
 }
 
 /// Iterator methods whose closure argument runs once per element.
@@ -522,6 +655,7 @@ impl<'a> Collector<'a> {
         };
         let index = self.facts.calls.len();
         self.call_at.insert(ident_key(call.name()), index);
+        self.dev_memo.get_mut().push(None);
         self.facts.calls.push(CallFact {
             call,
             name,
@@ -678,12 +812,12 @@ impl<'a> Collector<'a> {
             }
         }
         // A nested fn does not see the enclosing function's locals.
-        let outer_scopes = std::mem::replace(&mut self.scopes, vec![params]);
+        let outer_scopes = self.scopes.replace(vec![params]);
         self.fn_stack.push(idx);
         self.visit_signature(sig);
         self.visit_block(block);
         self.fn_stack.pop();
-        self.scopes = outer_scopes;
+        self.scopes.restore(outer_scopes);
         self.generics.truncate(generics_len);
         self.loop_stack = loops;
         self.guard_stack = guards;
@@ -816,19 +950,11 @@ impl<'a> Collector<'a> {
     fn shadow(&mut self, pat: &syn::Pat) {
         let mut names = Vec::new();
         self.bind_pattern_names(pat, &mut names);
-        if let Some(scope) = self.scopes.last_mut() {
-            scope.extend(names);
-        }
+        self.scopes.extend(names);
     }
 
     fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
-        // Compared in place (an identifier compares with a `&str` without being formatted).
-        self.scopes
-            .iter()
-            .rev()
-            .flat_map(|scope| scope.iter().rev())
-            .find(|b| name == b.name)
-            .copied()
+        self.scopes.lookup(name)
     }
 
     fn self_type(&self) -> TypeHint<'a> {
@@ -840,13 +966,22 @@ impl<'a> Collector<'a> {
 
     /// The type of an expression, as far as the crate's declarations tell.
     fn infer_ty(&self, expr: &Expr) -> TypeHint<'a> {
-        if self.infer_depth.get() > MAX_INFER_DEPTH {
+        let depth = self.infer_depth.get();
+        self.reach(depth);
+        if depth > MAX_INFER_DEPTH {
             return TypeHint::Unknown;
         }
-        self.infer_depth.set(self.infer_depth.get() + 1);
+        self.infer_depth.set(depth + 1);
         let ty = self.infer_ty_inner(expr);
-        self.infer_depth.set(self.infer_depth.get() - 1);
+        self.infer_depth.set(depth);
         ty
+    }
+
+    /// Notes that the inference under way checked depth `depth` (see [`DevMemo::height`]).
+    fn reach(&self, depth: usize) {
+        if depth > self.infer_peak.get() {
+            self.infer_peak.set(depth);
+        }
     }
 
     fn infer_ty_inner(&self, expr: &Expr) -> TypeHint<'a> {
@@ -874,14 +1009,22 @@ impl<'a> Collector<'a> {
             Expr::Cast(c) => type_name(&c.ty, &self.generics)
                 .map(|n| TypeHint::Named(self.intern_str(&n)))
                 .unwrap_or_default(),
-            Expr::MethodCall(m) => with_ident_str(&m.method, |name| {
+            // The name is read first, and the receiver's type worked out after (not inside
+            // `with_ident_str`, whose buffer a nested call could not use).
+            Expr::MethodCall(m) => match with_ident_str(&m.method, |name| {
                 if is_passthrough_method(name)
                     || name.starts_with("with_")
                     || name.starts_with("set_")
                 {
-                    return self.infer_ty(&m.receiver);
+                    MethodTy::Receiver
+                } else if matches!(name, "init" | "build" | "init_with" | "build_with") {
+                    MethodTy::Builder
+                } else {
+                    MethodTy::Unknown
                 }
-                if matches!(name, "init" | "build" | "init_with" | "build_with") {
+            }) {
+                MethodTy::Receiver => self.infer_ty(&m.receiver),
+                MethodTy::Builder => {
                     // `AdamConfig::new().init()`, tch `nn::Adam::default().build(&vs, lr)`,
                     // `config.optimizer.init()`.
                     let builder = match self.infer_ty(&m.receiver) {
@@ -891,11 +1034,13 @@ impl<'a> Collector<'a> {
                             .is_some_and(|n| n.to_ascii_lowercase().contains("optim")),
                     };
                     if builder {
-                        return TypeHint::Named("Optimizer");
+                        TypeHint::Named("Optimizer")
+                    } else {
+                        TypeHint::Unknown
                     }
                 }
-                TypeHint::Unknown
-            }),
+                MethodTy::Unknown => TypeHint::Unknown,
+            },
             Expr::Call(c) => {
                 let Expr::Path(p) = &*c.func else {
                     return TypeHint::Unknown;
@@ -930,18 +1075,108 @@ impl<'a> Collector<'a> {
 
     /// The device an expression's value lives on, followed through bindings, method chains,
     /// transfers and arithmetic; symbolic where a parameter or a struct field decides.
+    ///
+    /// A recorded call's device is worked out once and kept (see [`DevMemo`]): asked again (the
+    /// receiver of the next call of a chain, a `let` initializer) it is read back when nothing it
+    /// depended on has changed, with the same result as working it out again.
     fn infer_dev(&self, expr: &Expr) -> Dev<'a> {
+        let depth = self.infer_depth.get();
+        self.reach(depth);
         // Deeper than a few dozen operators and calls, nothing is known (and nothing recurses far).
-        if self.infer_depth.get() > MAX_INFER_DEPTH {
+        if depth > MAX_INFER_DEPTH {
             return Dev::UNKNOWN;
         }
-        self.infer_depth.set(self.infer_depth.get() + 1);
-        let dev = self.infer_dev_inner(expr);
-        self.infer_depth.set(self.infer_depth.get() - 1);
+        let call = self.recorded_call(expr);
+        if let Some(index) = call
+            && let Some(memo) = self.memo_hit(index, depth)
+        {
+            self.reach(depth + memo.height);
+            #[cfg(debug_assertions)]
+            self.check_memo(expr, memo.dev);
+            return memo.dev;
+        }
+        let outer_peak = self.infer_peak.replace(depth);
+        self.infer_depth.set(depth + 1);
+        let dev = self.infer_dev_inner(expr, call);
+        self.infer_depth.set(depth);
+        let peak = self.infer_peak.get();
+        // Kept unless the depth limit cut the working-out short somewhere below.
+        if let Some(index) = call
+            && peak <= MAX_INFER_DEPTH
+            && self.memo_on()
+        {
+            self.dev_memo.borrow_mut()[index] = Some(DevMemo {
+                dev,
+                height: peak - depth,
+                scope: self.scopes.version,
+                frameworks: self.facts.frameworks,
+            });
+        }
+        self.infer_peak.set(peak.max(outer_peak));
         dev
     }
 
-    fn infer_dev_inner(&self, expr: &Expr) -> Dev<'a> {
+    /// Runs `f` on the text of a call's name: from the record of call `call` when it is recorded
+    /// (the same text, kept when it was), else from the identifier.
+    fn with_call_name<R>(
+        &self,
+        call: Option<usize>,
+        ident: &syn::Ident,
+        f: impl FnOnce(&str) -> R,
+    ) -> R {
+        match call {
+            Some(index) => f(self.facts.calls[index].name),
+            None => with_ident_str(ident, f),
+        }
+    }
+
+    /// The number of the recorded call that `expr` is, if it is one.
+    fn recorded_call(&self, expr: &Expr) -> Option<usize> {
+        let name = match expr {
+            Expr::MethodCall(m) => &m.method,
+            Expr::Call(c) => match &*c.func {
+                Expr::Path(p) => &p.path.segments.last()?.ident,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        self.call_at.get(&ident_key(name)).copied()
+    }
+
+    /// The kept device of call `index`, when it holds for a working-out starting at `depth` now.
+    fn memo_hit(&self, index: usize, depth: usize) -> Option<DevMemo<'a>> {
+        if !self.memo_on() {
+            return None;
+        }
+        let memo = (*self.dev_memo.borrow().get(index)?)?;
+        (memo.scope == self.scopes.version
+            && memo.frameworks == self.facts.frameworks
+            && depth + memo.height <= MAX_INFER_DEPTH)
+            .then_some(memo)
+    }
+
+    fn memo_on(&self) -> bool {
+        !self.memo_off.get()
+    }
+
+    /// Debug builds check every memo hit against a working-out without the memo.
+    #[cfg(debug_assertions)]
+    fn check_memo(&self, expr: &Expr, kept: Dev<'a>) {
+        if self.memo_off.replace(true) {
+            return;
+        }
+        let peak = self.infer_peak.get();
+        let fresh = self.infer_dev(expr);
+        self.infer_peak.set(peak);
+        self.memo_off.set(false);
+        assert_eq!(
+            kept, fresh,
+            "kept device of a call differs from a fresh working-out"
+        );
+    }
+
+    /// `call`: the number of the recorded call that `expr` is, if it is one.
+    fn infer_dev_inner(&self, expr: &Expr, call: Option<usize>) -> Dev<'a> {
         match expr {
             // A local, else an imported constant (`FLOAT_CPU`).
             Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => self
@@ -986,28 +1221,38 @@ impl<'a> Collector<'a> {
             Expr::Index(i) => self.infer_dev(&i.expr),
             Expr::Binary(b) => merge_devs([self.infer_dev(&b.left), self.infer_dev(&b.right)]),
             Expr::Tuple(t) => merge_devs(t.elems.iter().map(|e| self.infer_dev(e))),
-            Expr::MethodCall(m) => with_ident_str(&m.method, |name| {
+            // The name is read first, and the operands worked out after (not inside
+            // `with_ident_str`, whose buffer a nested call could not use).
+            // A recorded call's name is read from its record, not formatted again.
+            Expr::MethodCall(m) => match self.with_call_name(call, &m.method, |name| {
                 if is_transfer(name) && m.args.len() == 1 {
-                    return self.infer_dev(&m.args[0]);
+                    return MethodDev::Transfer;
                 }
                 match name {
-                    "cuda" if m.args.is_empty() => Dev::known(DeviceKind::Gpu),
-                    "cpu" if m.args.is_empty() => Dev::known(DeviceKind::Cpu),
-                    // What the call returns: a crate function's return value, or (a call outside
-                    // the crate) where its receiver and arguments live.
-                    _ => self.returned(&m.method, || {
-                        merge_devs(
-                            std::iter::once(self.infer_dev(&m.receiver))
-                                .chain(m.args.iter().map(|a| self.infer_dev(a))),
-                        )
-                    }),
+                    "cuda" if m.args.is_empty() => MethodDev::Known(DeviceKind::Gpu),
+                    "cpu" if m.args.is_empty() => MethodDev::Known(DeviceKind::Cpu),
+                    _ => MethodDev::Returned,
                 }
-            }),
+            }) {
+                MethodDev::Transfer => self.infer_dev(&m.args[0]),
+                MethodDev::Known(kind) => Dev::known(kind),
+                // What the call returns: a crate function's return value, or (a call outside
+                // the crate) where its receiver and arguments live.
+                MethodDev::Returned => self.returned(call, || {
+                    merge_devs(
+                        std::iter::once(self.infer_dev(&m.receiver))
+                            .chain(m.args.iter().map(|a| self.infer_dev(a))),
+                    )
+                }),
+            },
             Expr::Call(c) => {
                 let Expr::Path(p) = &*c.func else {
                     return Dev::UNKNOWN;
                 };
-                let named = device_of_expr(expr);
+                let n = p.path.segments.len();
+                let named = self.with_call_name(call, &p.path.segments[n - 1].ident, |name| {
+                    device_of_path_named(&p.path, name)
+                });
                 if named != DeviceKind::Unknown {
                     return Dev::known(named);
                 }
@@ -1020,7 +1265,6 @@ impl<'a> Collector<'a> {
                     return binding.dev;
                 }
                 // tch builds `Tensor::from_slice(..)` (and friends) on the CPU.
-                let n = p.path.segments.len();
                 if n >= 2
                     && p.path.segments[n - 2].ident == "Tensor"
                     && self.facts.frameworks.contains(Framework::Tch)
@@ -1037,8 +1281,7 @@ impl<'a> Collector<'a> {
                 {
                     return Dev::known(DeviceKind::Cpu);
                 }
-                let last = &p.path.segments[n - 1].ident;
-                self.returned(last, || {
+                self.returned(call, || {
                     merge_devs(c.args.iter().map(|a| self.infer_dev(a)))
                 })
             }
@@ -1071,16 +1314,16 @@ impl<'a> Collector<'a> {
         self.call_at.get(&ident_key(name)).copied()
     }
 
-    /// The device of a call's value: known from its operands, else what the recorded call returns
-    /// (settled across the crate), else the operands' symbolic sources.
-    fn returned(&self, name: &syn::Ident, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
+    /// The device of a call's value: known from its operands, else what the recorded call `call`
+    /// returns (settled across the crate), else the operands' symbolic sources.
+    fn returned(&self, call: Option<usize>, operands: impl FnOnce() -> Dev<'a>) -> Dev<'a> {
         let dev = operands();
         if dev.kind != DeviceKind::Unknown {
             return dev;
         }
-        match self.call_at.get(&ident_key(name)) {
+        match call {
             // The return value first; the operands' own source as the second opinion.
-            Some(&index) => Dev {
+            Some(index) => Dev {
                 kind: DeviceKind::Unknown,
                 syms: [Some(DevSym::Ret(index)), dev.syms[0]],
             },
@@ -1165,6 +1408,32 @@ impl<'a> Collector<'a> {
                 fn_idx: self.current_fn(),
             });
         }
+    }
+
+    /// The bytes of the file that `span` covers: [`Span::byte_range`], worked out from the span's
+    /// lines and columns where the lines are ASCII up to there (a column counts characters, so
+    /// on such a line it is a byte offset too) instead of by counting characters, which the
+    /// span table does from the last offset it converted.
+    fn byte_range(&mut self, span: Span) -> std::ops::Range<usize> {
+        let range = match (self.byte_offset(span.start()), self.byte_offset(span.end())) {
+            (Some(start), Some(end)) => start..end,
+            _ => span.byte_range(),
+        };
+        debug_assert_eq!(range, span.byte_range());
+        range
+    }
+
+    /// The byte offset of a line and column, when the line is ASCII up to the column.
+    fn byte_offset(&mut self, at: proc_macro2::LineColumn) -> Option<usize> {
+        let source = self.source;
+        let starts = self.line_starts.get_or_insert_with(|| {
+            std::iter::once(0)
+                .chain(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1))
+                .collect()
+        });
+        let start = *starts.get(at.line.checked_sub(1)?)?;
+        let before = source.as_bytes().get(start..start + at.column)?;
+        before.is_ascii().then_some(start + at.column)
     }
 
     fn deeper(&mut self, span: impl FnOnce() -> Span) -> bool {
@@ -1487,9 +1756,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         for binding in &mut names {
             binding.dev = dev;
         }
-        if let Some(scope) = self.scopes.last_mut() {
-            scope.extend(names);
-        }
+        self.scopes.extend(names);
         self.visit_block(&e.body);
         self.scopes.pop();
         self.loop_stack.pop();
@@ -1625,9 +1892,7 @@ impl<'a> Visit<'a> for Collector<'a> {
                     dev,
                     init,
                 };
-                if let Some(scope) = self.scopes.last_mut() {
-                    scope.push(binding);
-                }
+                self.scopes.extend([binding]);
             }
             None => {
                 // `let (critic, actor) = model(&obs);`: every part lives where the value does.
@@ -1662,9 +1927,7 @@ impl<'a> Visit<'a> for Collector<'a> {
                         }
                     }
                 }
-                if let Some(scope) = self.scopes.last_mut() {
-                    scope.extend(names);
-                }
+                self.scopes.extend(names);
             }
         }
     }
@@ -1681,7 +1944,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         // `format!("{} {}", a, b)`): nothing there is a call, a qualified path, a closure or a
         // literal struct, so no fact could come of parsing them. Tokens that cannot make any of
         // those are recognised without a parse.
-        let body = mac.delimiter.span().join().byte_range();
+        let body = self.byte_range(mac.delimiter.span().join());
         if let Some(text) = self.source.get(body.start + 1..body.end.saturating_sub(1))
             // Such arguments nest at most one level per byte: none can be too deep to follow.
             && self.depth + text.len() < MAX_NESTING
@@ -1865,6 +2128,122 @@ mod tests {
             assert!(facts.fns[0].device.is_empty(), "devices in {text}");
             assert!(facts.frameworks.is_empty(), "frameworks in {text}");
         }
+    }
+
+    /// Every device the collector records: each call's operand and destination, argument devices,
+    /// returned values and struct field values.
+    fn recorded_devices(facts: &FileFacts<'_>) -> Vec<String> {
+        let mut out: Vec<String> = facts
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("call {i} {}: {:?} -> {:?}", c.name, c.operand, c.dest))
+            .collect();
+        out.extend(facts.arg_devs.iter().map(|(call, range)| {
+            format!("args of {call}: {:?}", &facts.arg_dev_pool[range.clone()])
+        }));
+        out.extend(facts.returns.iter().map(|r| format!("return {r:?}")));
+        out.extend(
+            facts
+                .field_inits
+                .iter()
+                .map(|f| format!("field {}.{}: {:?}", f.owner, f.field, f.dev)),
+        );
+        out
+    }
+
+    /// Collects `source` with the memo of call devices and without it, asserts that both record
+    /// the same devices, and returns the facts collected with the memo.
+    fn same_with_and_without_memo(source: &str, check: impl FnOnce(&FileFacts<'_>)) {
+        let file = SourceFile::parse("t.rs".into(), source.to_string()).expect("parses");
+        let kept = collect_facts_with(&file, false, true);
+        let fresh = collect_facts_with(&file, false, false);
+        assert_eq!(
+            recorded_devices(&kept),
+            recorded_devices(&fresh),
+            "in {source}"
+        );
+        check(&kept);
+    }
+
+    fn operand_of(facts: &FileFacts<'_>, name: &str) -> DeviceKind {
+        let call = facts.calls.iter().find(|c| c.name == name);
+        call.unwrap_or_else(|| panic!("no call {name}"))
+            .operand
+            .kind
+    }
+
+    #[test]
+    fn a_long_chain_gets_the_devices_it_got_without_the_memo() {
+        // 70 calls on a tensor made on the accelerator: the inner ones see where it lives; past
+        // the inference's depth limit, the outer ones do not, with the memo as without it.
+        let mut chain = String::from("Tensor::zeros(4, &Device::new_cuda(0).unwrap())");
+        for i in 0..70 {
+            chain.push_str(&format!(".m{i}()"));
+        }
+        let source = format!("fn f() {{ let t = {chain}; let u = t.relu(); }}");
+        same_with_and_without_memo(&source, |facts| {
+            assert_eq!(operand_of(facts, "m1"), DeviceKind::Gpu);
+            assert_eq!(operand_of(facts, "m40"), DeviceKind::Gpu);
+            assert_eq!(operand_of(facts, "m69"), DeviceKind::Unknown);
+        });
+        // Shorter: every call, and the binding made of the whole chain, is on the accelerator.
+        let source = "fn f() { let t = Tensor::zeros(4, &Device::new_cuda(0)?).a().b().c().d(); \
+                      let u = t.relu(); }";
+        same_with_and_without_memo(source, |facts| {
+            for name in ["a", "b", "c", "d", "relu"] {
+                assert_eq!(operand_of(facts, name), DeviceKind::Gpu, "{name}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_kept_device_is_not_read_where_other_bindings_are_in_scope() {
+        // Inside the closure, `x.c()` (the receiver of `e`) reads the closure's `x`, of unknown
+        // device; asked again from outside (the value of `map`'s argument), `x` is the CPU tensor.
+        let source = "fn f() { let x = Tensor::zeros(1, &Device::Cpu); \
+                      let y = v.map(|x| x.c().e()); y.f(); }";
+        same_with_and_without_memo(source, |facts| {
+            assert_eq!(operand_of(facts, "e"), DeviceKind::Unknown);
+            assert_eq!(operand_of(facts, "f"), DeviceKind::Cpu);
+        });
+        let sources = [
+            "fn f() { let x = Tensor::zeros(4, &Device::Cpu); \
+             let y = v.iter().map(|x| x.sum()).chain(x.relu()).last(); }",
+            "fn f(d: &Device) { let x = Tensor::ones(2, &Device::Cpu); \
+             let s = y.map(|x| { let z = x.to_device(d); z.exp() }).sum(); let w = x.exp().sum(); }",
+            "fn f() { let t = a.b(if let Some(x) = o { x.c() } else { w.c() }).d(); x.e(); }",
+            "struct S { d: Device } \
+             fn f() -> S { let d = Device::new_cuda(0); S { d: d.clone().into() } }",
+        ];
+        for source in sources {
+            same_with_and_without_memo(source, |_| {});
+        }
+    }
+
+    #[test]
+    fn a_kept_device_is_worked_out_again_once_the_framework_is_known() {
+        // `Tensor::from_slice` is on the CPU only in a tch file: a path naming tch changes what
+        // the same expression means. Here it is worked out as `g`'s receiver before
+        // `tch::Kind::Float` names the framework, and asked for again (inside `k`'s receiver)
+        // after.
+        let source = "fn f() { Tensor::from_slice(&v).g().k(tch::Kind::Float); }";
+        same_with_and_without_memo(source, |facts| {
+            assert_eq!(operand_of(facts, "g"), DeviceKind::Unknown);
+            assert_eq!(operand_of(facts, "k"), DeviceKind::Cpu);
+        });
+    }
+
+    /// A macro's arguments are found from lines and columns on ASCII lines, and through the span
+    /// table after a non-ASCII character on the same line (debug builds also compare the two).
+    #[test]
+    fn macro_arguments_are_found_after_non_ascii_text() {
+        let source = "fn f(t: T) {\n    let s = \"déjà\"; println!(\"{}\", t.a());\n    \
+                      println!(\"{} é\", t.b());\n    assert!(t.c(), \"ü\");\n}";
+        let file = SourceFile::parse("t.rs".into(), source.to_string()).expect("parses");
+        let facts = collect_facts(&file, false);
+        let names: Vec<&str> = facts.calls.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["a", "b", "c"]);
     }
 
     #[test]

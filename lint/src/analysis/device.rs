@@ -48,14 +48,18 @@ impl DeviceEvidence {
 
 /// What device a path names, looking at its last two segments.
 pub fn device_of_path(path: &Path) -> DeviceKind {
-    let n = path.segments.len();
     let Some(last) = path.segments.last() else {
         return DeviceKind::Unknown;
     };
-    let last = &last.ident;
+    super::with_ident_str(&last.ident, |text| device_of_path_named(path, text))
+}
+
+/// [`device_of_path`] for a path whose last segment's text (no `r#`) is `text`.
+pub(crate) fn device_of_path_named(path: &Path, text: &str) -> DeviceKind {
+    let n = path.segments.len();
     let prev = (n >= 2).then(|| &path.segments[n - 2].ident);
     let prev_is = |name: &str| prev.is_some_and(|p| p == name);
-    super::with_ident_str(last, |text| match text {
+    match text {
         // candle / tch `Device::Cpu`, burn `LibTorchDevice::Cpu`, `NdArrayDevice::Cpu`.
         "Cpu" => DeviceKind::Cpu,
         "NdArray" | "NdArrayDevice" | "Flex" | "FlexDevice" | "CpuDevice" => DeviceKind::Cpu,
@@ -75,7 +79,7 @@ pub fn device_of_path(path: &Path) -> DeviceKind {
             DeviceKind::Gpu
         }
         _ => DeviceKind::Unknown,
-    })
+    }
 }
 
 /// An upper-case constant name (`FLOAT_CPU`).
