@@ -874,9 +874,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         if call.in_test {
             continue;
         }
-        let Some(target) = python_copy_target(cx, file, call) else {
-            continue;
-        };
+        // Where the copy goes is asked only of a copy of a CPU-built tensor: it may follow
+        // bindings through the package, and most `.to(..)` calls copy something else.
+        let target = || python_copy_target(cx, file, call);
         let Some(recv) = call.receiver else { continue };
         let copy = if call.method == Some("cuda") {
             ".cuda()".to_string()
@@ -885,6 +885,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         };
         // Same expression: `torch.rand(2, 2).cuda()`, `(torch.rand(2) * 2).to(dev)`.
         if let Some(ctor) = python_cpu_constructor_in(recv) {
+            let Some(target) = target() else { continue };
             if !seen.insert((file, ctor.start())) {
                 continue;
             }
@@ -909,6 +910,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             && !assign.loop_target
             && let Some(ctor) = python_cpu_constructor_in(assign.value)
         {
+            let Some(target) = target() else { continue };
             if !seen.insert((file, ctor.start())) {
                 continue;
             }
@@ -940,6 +942,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                         .returns
                         .iter()
                         .all(|r| python_cpu_constructor_in(r).is_some());
+                if returns_cpu && target().is_none() {
+                    break;
+                }
                 if returns_cpu && seen.insert((file, inner.start())) {
                     out.push(cx.finding(
                         file,
