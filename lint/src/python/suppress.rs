@@ -67,12 +67,18 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
     out
 }
 
-/// Whether a source may hold a suppression comment (it mentions `perfkit:` or `noqa`): only then
-/// are its comments kept after parsing.
+/// Whether a source may hold a suppression comment (it mentions `perfkit:`, or `noqa` in any
+/// case, as [`parse`] reads it: `# NOQA: PK101`): only then are its comments kept after parsing.
 pub(crate) fn may_suppress(source: &str) -> bool {
     let bytes = source.as_bytes();
-    memchr::memmem::find(bytes, b"perfkit:").is_some()
-        || memchr::memmem::find(bytes, b"noqa").is_some()
+    // `q` is rare in code: each one is checked for the word around it, in any case, which costs
+    // less than searching for `noqa` (and finds `NOQA` too).
+    memchr::memchr2_iter(b'q', b'Q', bytes).any(|i| {
+        i >= 2
+            && bytes
+                .get(i - 2..i + 2)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"noqa"))
+    }) || memchr::memmem::find(bytes, b"perfkit:").is_some()
 }
 
 /// Codes of a list: `PK101, PK202`. For `noqa`, codes of other tools are dropped and the list
@@ -132,6 +138,24 @@ mod tests {
             ]
         );
         assert_eq!((found[0].column, found[0].end_column), (18, 41));
+    }
+
+    #[test]
+    fn noqa_is_found_in_any_case() {
+        for (source, kept) in [
+            ("x = loss.item()  # NOQA: PK101\n", true),
+            ("x = loss.item()  # NoQa: PK101\n", true),
+            ("x = loss.item()  # noqa: PK101\n", true),
+            ("x = 1  # perfkit: allow(PK101)\n", true),
+            ("q = 'noq' + 'a'  # unique queries\n", false),
+            ("noqa = 1\n", true),
+            ("qa = 1\n", false),
+        ] {
+            assert_eq!(may_suppress(source), kept, "{source}");
+            let found = parse(&file(source));
+            let want = usize::from(kept && source.contains('#'));
+            assert_eq!(found.len(), want, "{source}");
+        }
     }
 
     #[test]
