@@ -128,7 +128,19 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OutputDirError + '_ {
 pub struct OutputDir {
     root: PathBuf,
     trace: PathBuf,
-    _lock: Arc<File>,
+    _lock: Arc<HeldLock>,
+}
+
+/// The run marker, locked while this is alive. The lock is released explicitly when dropped:
+/// closing the file alone does not release it while another copy of the descriptor is open, and
+/// a process that another thread forks holds one until it runs its program.
+#[derive(Debug)]
+struct HeldLock(File);
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        unlock(&self.0);
+    }
 }
 
 impl OutputDir {
@@ -190,7 +202,7 @@ impl OutputDir {
         Ok(Self {
             root,
             trace,
-            _lock: Arc::new(file),
+            _lock: Arc::new(HeldLock(file)),
         })
     }
 
@@ -287,6 +299,17 @@ fn try_lock_exclusive(file: &File) -> io::Result<bool> {
 fn try_lock_exclusive(_file: &File) -> io::Result<bool> {
     Ok(true)
 }
+
+#[cfg(unix)]
+fn unlock(file: &File) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a file descriptor this `File` owns; no memory is passed. A failure leaves
+    // the lock to be released when the last copy of the descriptor closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}
+
+#[cfg(not(unix))]
+fn unlock(_file: &File) {}
 
 /// The default run directory name: the program's file name (unsafe characters replaced by `_`)
 /// and the UTC start time, e.g. `train-20260509-143012`.
@@ -466,6 +489,20 @@ mod tests {
                 "run {run}"
             );
         }
+    }
+
+    #[test]
+    fn a_dropped_run_releases_its_lock_while_a_copy_of_the_descriptor_lives() {
+        // A process forked by another thread holds a copy of the descriptor until it runs its
+        // program; a duplicate stands for it here.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let out = OutputDir::prepare(Some(&dir), OsStr::new("x"), false).unwrap();
+        let copy = out._lock.0.try_clone().unwrap();
+        drop(out);
+        let again = OutputDir::prepare(Some(&dir), OsStr::new("x"), true);
+        assert!(again.is_ok(), "{:?}", again.err());
+        drop(copy);
     }
 
     #[test]
