@@ -210,7 +210,7 @@ mod tests {
             "src/a/x.py",
             "src/a-b/x.py",
         ];
-        for prefix in ["", "/root/", "rel/dir/"] {
+        for prefix in ["", "/srv/code/", "rel/dir/"] {
             let mut files: Vec<PathBuf> = names
                 .iter()
                 .rev()
