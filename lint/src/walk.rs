@@ -65,20 +65,19 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
 }
 
 /// Sorts paths in `Path` order (component by component). Comparing components parses both paths
-/// at each comparison; for plain paths (one `/` between names, no `.` or `..`, no `/` at the end)
-/// the same order is the byte order with `/` ranked below every other byte, so each path is
-/// turned into such a key once and the keys are compared with `memcmp`.
+/// at each comparison; for plain paths (one `/` between names, no `.` or `..` anywhere, no `/` at
+/// the end) the same order is the byte order with `/` ranked below every other byte, so each path
+/// is turned into such a key once and the keys are compared with `memcmp`.
 fn sort_paths(files: &mut [PathBuf]) {
+    // Read from the bytes: `Path::components` passes over a `.` inside a path (`a/./b` is `a`,
+    // `b`), which the byte key would not.
     let plain = |path: &PathBuf| {
         let bytes = path.as_os_str().as_encoded_bytes();
-        !bytes.ends_with(b"/")
-            && !bytes.windows(2).any(|w| w == b"//")
-            && path.components().all(|c| {
-                matches!(
-                    c,
-                    std::path::Component::Normal(_) | std::path::Component::RootDir
-                )
-            })
+        let names = bytes.strip_prefix(b"/").unwrap_or(bytes);
+        !names.is_empty()
+            && names
+                .split(|&b| b == b'/')
+                .all(|name| !matches!(name, b"" | b"." | b".."))
     };
     if !cfg!(unix) || !files.iter().all(plain) {
         files.sort();
@@ -222,9 +221,11 @@ mod tests {
             assert_eq!(files, want, "prefix {prefix:?}");
         }
         // Not plain (`.`, `..`, a doubled or final `/`): component order still.
-        for odd in ["./a", "a/../b", "a//b", "a/"] {
-            let mut files: Vec<PathBuf> =
-                ["-x", "b", odd, "a/c"].iter().map(PathBuf::from).collect();
+        for odd in ["./a", "a/../b", "a//b", "a/", "a/./b", "a/b/.", "/"] {
+            let mut files: Vec<PathBuf> = ["-x", "b", odd, "a/c", "a/0"]
+                .iter()
+                .map(PathBuf::from)
+                .collect();
             let mut want = files.clone();
             want.sort();
             sort_paths(&mut files);
