@@ -1050,21 +1050,24 @@ impl<'a> PyContext<'a> {
     ) -> Option<&'a PyAssign<'a>> {
         let key = facts::dotted(target)?;
         let facts = &self.units[file].facts;
-        let same_fn = facts
-            .assigns_by_name()
-            .newest_first(&key)
-            .map(|i| &facts.assigns[i])
-            .find(|a| a.fn_idx == fn_idx && a.at < offset);
-        if same_fn.is_some() {
-            return same_fn;
-        }
-        // `self.x` set in another method, or a module-level name.
+        // One walk of the name's assignments, newest first: the newest earlier one in the same
+        // function wins; failing that, the newest one of another scope (`self.x` set in another
+        // method, or a module-level name).
         let is_attr = key.starts_with("self.");
-        facts
+        let mut other_scope = None;
+        for a in facts
             .assigns_by_name()
             .newest_first(&key)
             .map(|i| &facts.assigns[i])
-            .find(|a| a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx))
+        {
+            if a.fn_idx == fn_idx && a.at < offset {
+                return Some(a);
+            }
+            if other_scope.is_none() && (a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx)) {
+                other_scope = Some(a);
+            }
+        }
+        other_scope
     }
 
     /// The bindings of `target` in the same scope as `assign` (one of them), in source order,
