@@ -608,11 +608,10 @@ impl<'ast> Visit<'ast> for Feeds<'_> {
 /// later), in a collate function or anywhere else.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls_named(&["stack", "cat", "concat", "concatenate"]) {
-        let calls = &cx.units[file].facts.calls;
         if call.in_test {
             continue;
         }
-        let Some("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate") =
+        let Some(stack @ ("torch.stack" | "torch.cat" | "torch.concat" | "torch.concatenate")) =
             call.path.as_deref()
         else {
             continue;
@@ -627,12 +626,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         };
         if let Some(element) = element {
             if let Some(upload) = upload_in(cx, file, call, element) {
-                out.push(finding(
-                    cx,
-                    file,
-                    upload,
-                    call.path.as_deref().unwrap_or("torch.stack"),
-                ));
+                out.push(finding(cx, file, upload, stack));
             }
             continue;
         }
@@ -640,7 +634,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         let Some(list) = facts::dotted(first) else {
             continue;
         };
-        for append in calls {
+        for append in &cx.units[file].facts.calls {
             if append.fn_idx != call.fn_idx
                 || append.start > call.start
                 || append.loops.is_empty()
@@ -653,12 +647,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 continue;
             };
             if let Some(upload) = upload_in(cx, file, append, value) {
-                out.push(finding(
-                    cx,
-                    file,
-                    upload,
-                    call.path.as_deref().unwrap_or("torch.stack"),
-                ));
+                out.push(finding(cx, file, upload, stack));
             }
         }
     }
