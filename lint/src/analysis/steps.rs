@@ -1368,7 +1368,7 @@ fn offsets_of(files: &[CrateFile<'_>]) -> Vec<usize> {
     offsets
 }
 
-/// An identifier's text as `Display` writes it (`r#` kept), copied into `names` without an
+/// An identifier's text without `r#` (as call names are recorded), copied into `names` without an
 /// intermediate `String`.
 fn ident_text<'n>(ident: &syn::Ident, names: &'n typed_arena::Arena<u8>) -> &'n str {
     use std::fmt::Write;
@@ -1379,7 +1379,8 @@ fn ident_text<'n>(ident: &syn::Ident, names: &'n typed_arena::Arena<u8>) -> &'n 
         let mut buf = buf.borrow_mut();
         buf.clear();
         let _ = write!(buf, "{ident}");
-        names.alloc_str(&buf)
+        // Without `r#`, as call names are recorded: `fn r#try` is called as `r#try(..)`.
+        names.alloc_str(buf.strip_prefix("r#").unwrap_or(&buf))
     })
 }
 
