@@ -335,24 +335,33 @@ fn config_in(ancestor: &Path) -> Option<PathBuf> {
         return Some(candidate);
     }
     let cargo = ancestor.join("Cargo.toml");
-    if cargo.is_file()
-        && let Ok(text) = std::fs::read_to_string(&cargo)
-        && text.contains("perfkit")
-        && let Ok(table) = text.parse::<toml::Table>()
-        && cargo_metadata_table(&table).is_some()
-    {
+    if holds_config(&cargo, cargo_metadata_table) {
         return Some(cargo);
     }
     let pyproject = ancestor.join("pyproject.toml");
-    if pyproject.is_file()
-        && let Ok(text) = std::fs::read_to_string(&pyproject)
-        && text.contains("perfkit")
-        && let Ok(table) = text.parse::<toml::Table>()
-        && pyproject_table(&table).is_some()
-    {
+    if holds_config(&pyproject, pyproject_table) {
         return Some(pyproject);
     }
     None
+}
+
+/// Whether a `Cargo.toml` or `pyproject.toml` holds perfkit's table (`table_of` finds it). One
+/// that mentions perfkit but is not valid TOML counts as holding it, so that reading it reports
+/// the error (file and line) rather than the configuration being passed over without a word.
+fn holds_config(path: &Path, table_of: fn(&toml::Table) -> Option<&toml::Table>) -> bool {
+    if !path.is_file() {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    if !text.contains("perfkit") {
+        return false;
+    }
+    match text.parse::<toml::Table>() {
+        Ok(table) => table_of(&table).is_some(),
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]

@@ -524,7 +524,11 @@ fn lint_crate(
             facts,
         });
     }
-    let (mut crate_frameworks, framework_package) = package_frameworks(&job.root);
+    let manifest = cargo_manifest(&job.root).unwrap_or_else(|err| {
+        output.errors.push(err);
+        None
+    });
+    let (mut crate_frameworks, framework_package) = package_frameworks(manifest.as_ref());
     let analysis = CrateAnalysis::build(
         &job.root,
         &files,
@@ -728,8 +732,8 @@ struct Manifest {
 
 impl Manifest {
     fn read(root: &Path) -> Option<Manifest> {
-        let text = std::fs::read_to_string(root.join("Cargo.toml")).ok()?;
-        let table = text.parse::<toml::Table>().ok()?;
+        // A manifest that cannot be read is reported once, by the crate's own lint.
+        let table = cargo_manifest(root).ok()??;
         let package = table.get("package")?;
         let mut workspace: Option<Option<(PathBuf, toml::Table)>> = None;
         let mut workspace_table = || -> Option<(PathBuf, toml::Table)> {
@@ -795,18 +799,46 @@ impl Manifest {
     }
 }
 
-/// Frameworks named in the package's `Cargo.toml` dependencies.
+/// A package's `Cargo.toml` as a table: `Ok(None)` where the package has none (a lone file); an
+/// error naming the manifest, and its line, where it cannot be read or is not valid TOML.
+fn cargo_manifest(root: &Path) -> Result<Option<toml::Table>, FileError> {
+    if !root.is_dir() {
+        return Ok(None);
+    }
+    let path = root.join("Cargo.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => {
+            return Err(FileError {
+                path,
+                message: format!(
+                    "cannot read the package manifest ({err}): the crate is linted without its dependencies"
+                ),
+                line: None,
+            });
+        }
+    };
+    text.parse::<toml::Table>().map(Some).map_err(|err| {
+        let line = err
+            .span()
+            .map(|span| 1 + memchr::memchr_iter(b'\n', &text.as_bytes()[..span.start]).count());
+        FileError {
+            path,
+            message: format!(
+                "the package manifest is not valid TOML ({}): the crate is linted without its dependencies",
+                err.message().trim_end()
+            ),
+            line,
+        }
+    })
+}
+
 /// The frameworks a package depends on, and whether the package is itself one of them (the
 /// framework's own repository: its examples call its library as users call the published crate).
-fn package_frameworks(root: &Path) -> (Frameworks, bool) {
+fn package_frameworks(table: Option<&toml::Table>) -> (Frameworks, bool) {
     let mut found = Frameworks::NONE;
-    if !root.is_dir() {
-        return (found, false);
-    }
-    let Ok(text) = std::fs::read_to_string(root.join("Cargo.toml")) else {
-        return (found, false);
-    };
-    let Ok(table) = text.parse::<toml::Table>() else {
+    let Some(table) = table else {
         return (found, false);
     };
     let is_framework = table
@@ -835,7 +867,6 @@ fn package_frameworks(root: &Path) -> (Frameworks, bool) {
     (found, is_framework)
 }
 
-/// Reads a file and parses it, or says why not.
 /// Whether `path` belongs to an integration-test or benchmark target of the package at `root`: it
 /// lies under the package's own `tests/` or `benches/` directory (`src/tests/` is library code).
 fn is_test_target(root: &Path, path: &Path) -> bool {

@@ -365,6 +365,63 @@ fn config_errors_name_the_key_and_the_file() {
     );
 }
 
+/// A manifest that is not valid TOML is never passed over without a word: holding perfkit's
+/// table, it is a configuration error naming the file and line (the run cannot honour settings it
+/// cannot read); otherwise the crate is still linted and the manifest is an error entry with its
+/// line, since the crate's dependencies (its frameworks) are unknown.
+#[test]
+fn malformed_manifests_are_reported_with_their_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    let manifest = dir.path().join("Cargo.toml");
+    write(
+        &manifest,
+        "[package]\nname = \"t\"\nversion = \"0.0.0\"\n\n[dependencies]\ncandle-core = { version = \"0.9\"\n",
+    );
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 1);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    let error = &report.errors[0];
+    assert!(error.path.ends_with("Cargo.toml"), "{error:?}");
+    assert_eq!(error.line, Some(6), "{error:?}");
+    assert!(error.message.contains("not valid TOML"), "{error:?}");
+    // The crate's own files are linted all the same.
+    assert_eq!(
+        codes_at(&report, "train.rs"),
+        vec![
+            (9, "PK101", Severity::Warning),
+            (11, "PK101", Severity::Note)
+        ]
+    );
+
+    // The same manifest with perfkit's table in it: its settings cannot be read, so the run stops
+    // on a configuration error rather than lint with the defaults.
+    write(
+        &manifest,
+        "[package]\nname = \"t\"\nversion = \"0.0.0\"\n\n[package.metadata.perfkit]\nselect = [\"PK1\"\n",
+    );
+    let text = lint(&LintOptions::new([dir.path()]))
+        .expect_err("malformed configuration")
+        .to_string();
+    assert!(
+        text.contains("Cargo.toml") && text.contains("line 6"),
+        "{text}"
+    );
+    let pyproject = tempfile::tempdir().expect("tempdir");
+    write(&pyproject.path().join("train.py"), "import torch\n");
+    write(
+        &pyproject.path().join("pyproject.toml"),
+        "[tool.perfkit]\nselect = \"PK1\n",
+    );
+    let text = lint(&LintOptions::new([pyproject.path()]))
+        .expect_err("malformed pyproject configuration")
+        .to_string();
+    assert!(
+        text.contains("pyproject.toml") && text.contains("line 2"),
+        "{text}"
+    );
+}
+
 #[test]
 fn crates_are_packages_and_calls_resolve_only_inside_one() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -401,6 +458,39 @@ fn crates_are_packages_and_calls_resolve_only_inside_one() {
             && notes.contains("train.rs:1"),
         "{notes}"
     );
+}
+
+/// A function named with a raw identifier (`fn r#try`) is the function its calls reach: the step
+/// loop's readback inside it is found, as it is through an ordinary name.
+#[test]
+fn raw_identifier_functions_are_followed_from_the_step_loop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(
+        &dir.path().join("src/train.rs"),
+        "use candle_core::Tensor;\n\
+         fn r#try(loss: &Tensor) -> f32 {\n\
+         \x20   loss.to_scalar::<f32>().unwrap()\n\
+         }\n\
+         pub fn train(opt: &mut O, xs: &[T]) {\n\
+         \x20   for x in xs {\n\
+         \x20       let loss = x.loss();\n\
+         \x20       opt.backward_step(&loss).unwrap();\n\
+         \x20       let value = r#try(&loss);\n\
+         \x20       let _ = value;\n\
+         \x20   }\n\
+         }\n",
+    );
+    let report = run(&[dir.path()]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        codes_at(&report, "train.rs"),
+        vec![(3, "PK101", Severity::Warning)],
+        "{:?}",
+        report.diagnostics
+    );
+    let notes = report.diagnostics[0].notes.join("\n");
+    assert!(notes.contains("through `r#try`"), "{notes}");
 }
 
 /// A library whose `Model::new(device)` builds the tensors its step loop reads back (PK101 at
