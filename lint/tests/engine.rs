@@ -493,6 +493,74 @@ fn raw_identifier_functions_are_followed_from_the_step_loop() {
     assert!(notes.contains("through `r#try`"), "{notes}");
 }
 
+/// A CPU device handed down a chain of twelve functions still reaches the step loop at its end
+/// (the crate's device fixed point runs until nothing changes), so the loop's readback of a CPU
+/// tensor is not reported, while the program's GPU loop elsewhere keeps the program from being
+/// CPU-only as a whole.
+#[test]
+fn a_device_passed_down_a_long_chain_of_calls_is_followed_to_its_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    let depth = 12;
+    let mut text = String::from(
+        "use candle_core::{DType, Device, Tensor};\n\n\
+         fn main() {\n\
+         \x20   step0(&Device::Cpu);\n\
+         \x20   let gpu = Device::cuda_if_available(0).unwrap();\n\
+         \x20   let mut opt = Opt::new();\n\
+         \x20   for _ in 0..10 {\n\
+         \x20       let loss = Tensor::ones(1, DType::BF16, &gpu).unwrap();\n\
+         \x20       opt.backward_step(&loss).unwrap();\n\
+         \x20   }\n\
+         }\n",
+    );
+    for i in 0..depth - 1 {
+        text.push_str(&format!(
+            "fn step{i}(device: &Device) {{\n    step{}(device);\n}}\n",
+            i + 1
+        ));
+    }
+    text.push_str(&format!(
+        "fn step{}(device: &Device) {{\n\
+         \x20   let mut opt = Opt::new();\n\
+         \x20   for _ in 0..10 {{\n\
+         \x20       let loss = Tensor::zeros(1, DType::F32, device).unwrap();\n\
+         \x20       opt.backward_step(&loss).unwrap();\n\
+         \x20       println!(\"{{}}\", loss.to_scalar::<f32>().unwrap());\n\
+         \x20   }}\n\
+         }}\n",
+        depth - 1
+    ));
+    write(&dir.path().join("src/main.rs"), &text);
+    let report = run(&[dir.path()]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        codes_at(&report, "main.rs"),
+        vec![],
+        "{:?}",
+        report.diagnostics
+    );
+    // The same readback with the GPU handed down the chain is reported.
+    write(
+        &dir.path().join("src/main.rs"),
+        &text.replace(
+            "step0(&Device::Cpu);",
+            "step0(&Device::new_cuda(1).unwrap());",
+        ),
+    );
+    let report = run(&[dir.path()]);
+    let readback = 1 + text
+        .lines()
+        .position(|l| l.contains("to_scalar"))
+        .expect("readback line");
+    assert_eq!(
+        codes_at(&report, "main.rs"),
+        vec![(readback, "PK101", Severity::Warning)],
+        "{:?}",
+        report.diagnostics
+    );
+}
+
 /// A library whose `Model::new(device)` builds the tensors its step loop reads back (PK101 at
 /// line 7 of `lib/src/lib.rs`), and a binary package that calls it with the CPU.
 fn workspace_with_a_cpu_caller(dir: &Path, lib_publish: &str) {
