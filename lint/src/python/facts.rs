@@ -62,6 +62,10 @@ pub struct PyCall<'a> {
     pub loops: Rc<[usize]>,
     /// The number of loops around the innermost `if step % N == 0` guard around the call.
     pub guard: Option<usize>,
+    /// Inside a block that ends by leaving (see [`leaving_block`]): `Some(0)` when it leaves the
+    /// program or unwinds (`raise`, `sys.exit(..)`), `Some(n)` when it `break`s out of the loop
+    /// `loops[n - 1]`. Such a block runs once, not on every iteration.
+    pub leaves: Option<usize>,
     /// Under `torch.no_grad()` / `torch.inference_mode()`.
     pub no_grad: bool,
     pub in_test: bool,
@@ -163,6 +167,7 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         loops: Vec::new(),
         shared_loops: None,
         guard: None,
+        leaves: None,
         no_grad: 0,
         test: file.test_file,
         test_depth: 0,
@@ -236,6 +241,8 @@ struct Collector<'a> {
     /// `loops` as the facts share it, until `loops` changes.
     shared_loops: Option<Rc<[usize]>>,
     guard: Option<usize>,
+    /// See [`PyCall::leaves`].
+    leaves: Option<usize>,
     no_grad: usize,
     test: bool,
     test_depth: usize,
@@ -249,6 +256,14 @@ impl<'a> Collector<'a> {
 
     fn in_test(&self) -> bool {
         self.test || self.test_depth > 0
+    }
+
+    /// Records that the statements of a branch run once when the branch ends by leaving (see
+    /// [`leaving_block`]); a block inside one that leaves keeps the stronger of the two.
+    fn enter_block(&mut self, body: &[Stmt]) {
+        if let Some(depth) = leaving_block(body, self.loops.len()) {
+            self.leaves = Some(self.leaves.map_or(depth, |d| d.min(depth)));
+        }
     }
 
     /// The enclosing loops, shared between the facts recorded at the same loop depth.
@@ -381,6 +396,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 let loops = std::mem::take(&mut self.loops);
                 let shared_loops = self.shared_loops.take();
                 let guard = self.guard.take();
+                let leaves = self.leaves.take();
                 let no_grad = std::mem::take(&mut self.no_grad);
                 let decorated_no_grad = def.decorator_list.iter().any(|d| {
                     self.dotted(strip_call(&d.expression))
@@ -400,6 +416,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 self.loops = loops;
                 self.shared_loops = shared_loops;
                 self.guard = guard;
+                self.leaves = leaves;
                 self.no_grad = no_grad;
             }
             Stmt::ClassDef(class) => {
@@ -465,26 +482,32 @@ impl<'a> Visitor<'a> for Collector<'a> {
             Stmt::If(i) => {
                 self.visit_expr(&i.test);
                 let saved = self.guard;
+                let saved_leaves = self.leaves;
                 if is_modulo_guard(&i.test) {
                     self.guard = Some(self.loops.len());
                 }
+                self.enter_block(&i.body);
                 for s in &i.body {
                     self.visit_stmt(s);
                 }
                 self.guard = saved;
+                self.leaves = saved_leaves;
                 for clause in &i.elif_else_clauses {
                     if let Some(test) = &clause.test {
                         self.visit_expr(test);
                     }
                     // `elif step % N == 0:` guards its own body like an `if`.
                     let saved = self.guard;
+                    let saved_leaves = self.leaves;
                     if clause.test.as_ref().is_some_and(is_modulo_guard) {
                         self.guard = Some(self.loops.len());
                     }
+                    self.enter_block(&clause.body);
                     for s in &clause.body {
                         self.visit_stmt(s);
                     }
                     self.guard = saved;
+                    self.leaves = saved_leaves;
                 }
             }
             Stmt::With(w) => {
@@ -603,6 +626,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     fn_idx: self.fn_idx(),
                     loops,
                     guard: self.guard,
+                    leaves: self.leaves,
                     no_grad: self.no_grad > 0,
                     in_test: self.in_test(),
                     in_comprehension: self.comprehension > 0,
@@ -661,6 +685,28 @@ fn is_modulo_guard(test: &Expr) -> bool {
             bool_op.op == ruff_python_ast::BoolOp::And && bool_op.values.iter().any(is_modulo_guard)
         }
         _ => false,
+    }
+}
+
+/// How a branch's statements end, when they end by leaving: `Some(0)` for `raise` or a call that
+/// ends the program (`sys.exit(..)`, `exit(..)`, `quit(..)`, `os._exit(..)`), `Some(depth)` for a
+/// `break` out of the innermost of `depth` enclosing loops (`None` at depth 0: nothing to break).
+/// The failure path of a step (`if not math.isfinite(loss): print(losses); sys.exit(1)`) runs once.
+fn leaving_block(body: &[Stmt], depth: usize) -> Option<usize> {
+    match body.last()? {
+        Stmt::Raise(_) => Some(0),
+        Stmt::Break(_) if depth > 0 => Some(depth),
+        Stmt::Expr(e) => match &*e.value {
+            Expr::Call(call)
+                if dotted(&call.func).is_some_and(|p| {
+                    matches!(p.as_str(), "sys.exit" | "exit" | "quit" | "os._exit")
+                }) =>
+            {
+                Some(0)
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 

@@ -478,6 +478,45 @@ impl<'a> PyContext<'a> {
         })
     }
 
+    /// Whether a call named like a loader (`DataLoader(..)`, `DistributedDataLoader(..)`) builds
+    /// PyTorch's `DataLoader`, with its `num_workers` and its positional batch size. A class of the
+    /// package's own (`class DistributedDataLoader:` reading shards of a token file) is not one
+    /// unless it derives from a `DataLoader`; a name from outside the package is taken for one (a
+    /// subclass such as `MultiEpochsDataLoader` takes the same arguments).
+    pub fn builds_torch_data_loader(&self, call: &PyCall<'_>) -> bool {
+        let Some(path) = call.path.as_deref() else {
+            return false;
+        };
+        let name = path.rsplit('.').next().unwrap_or(path);
+        if !name.ends_with("DataLoader") {
+            return false;
+        }
+        match self.package_class_bases(name) {
+            None => true,
+            Some(bases) => bases.iter().any(|b| b.ends_with("DataLoader")),
+        }
+    }
+
+    /// The base classes (as written, dotted) of a class named `name` defined at the top level of a
+    /// module of this package, if there is one.
+    pub fn package_class_bases(&self, name: &str) -> Option<Vec<String>> {
+        for unit in self.units {
+            for stmt in &unit.file.module().body {
+                if let ruff_python_ast::Stmt::ClassDef(class) = stmt
+                    && class.name.as_str() == name
+                {
+                    let bases = class
+                        .arguments
+                        .as_ref()
+                        .map(|a| a.args.iter().filter_map(facts::dotted).collect())
+                        .unwrap_or_default();
+                    return Some(bases);
+                }
+            }
+        }
+        None
+    }
+
     /// Whether the package is a program that runs on the CPU only: it starts itself (a
     /// `__main__` guard, or a step loop at module level) and no file of it mentions an
     /// accelerator (CUDA, a device, a GPU, ...). A library function that receives its model and
@@ -796,6 +835,19 @@ impl<'a> PyContext<'a> {
         if call.in_test {
             return None;
         }
+        // A branch that leaves the program, or breaks out of the step loop, runs once.
+        match call.leaves {
+            Some(0) => return None,
+            Some(depth)
+                if call
+                    .loops
+                    .get(depth - 1)
+                    .is_some_and(|&l| self.step_loop[file][l]) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
         if let Some(hit) = self.loop_hit(file, call) {
             return Some(hit);
         }
@@ -956,6 +1008,12 @@ impl<'a> PyContext<'a> {
             }
             func => func.range(),
         }
+    }
+
+    /// Whether a file holds or reaches a step loop: one of its loops is a step loop, or one of its
+    /// functions contains one directly or through the package functions it calls.
+    pub fn file_reaches_step_loop(&self, file: usize) -> bool {
+        self.step_loop[file].iter().any(|&s| s) || self.has_step_loop[file].iter().any(|&s| s)
     }
 
     /// Whether a loop is a step loop.

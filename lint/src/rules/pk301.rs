@@ -387,6 +387,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         {
             continue;
         }
+        if !cx.builds_torch_data_loader(call) {
+            continue;
+        }
         let workers = python_keyword(call.call, "num_workers");
         let zero = match workers {
             None if call.has_double_star() => continue,

@@ -91,6 +91,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 .as_deref()
                 .is_some_and(|p| p.ends_with("DataLoader"))
             || call.has_double_star()
+            || !cx.builds_torch_data_loader(call)
         {
             continue;
         }

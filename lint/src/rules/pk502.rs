@@ -417,7 +417,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             }
         }
         let path = call.path.as_deref().unwrap_or("");
-        if literal.is_none() && path.ends_with("DataLoader") {
+        if literal.is_none() && path.ends_with("DataLoader") && cx.builds_torch_data_loader(call) {
             literal = call.call.arguments.args.get(1);
         }
         if literal.is_none() && call.method == Some("add_argument") {
@@ -443,6 +443,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         if shuffle_off(call)
             || is_inference_call(path, call.method)
             || (path.ends_with("DataLoader") && iterated_only_outside_steps(cx, file, call))
+            || program_trains_nothing(cx, file)
         {
             continue;
         }
@@ -504,6 +505,37 @@ fn iterated_only_outside_steps(cx: &PyContext<'_>, file: usize, call: &PyCall<'_
         })
         .count();
     mentions == 1 + loops
+}
+
+/// Whether a file is a program (a `__main__` guard) that trains nothing: none of its loops is a
+/// step loop, none of its functions reaches one, and none of its calls names training (`train`,
+/// an optimizer, `backward`, `fit`: `TrainLoop(..)`, `model.train()`, `optim.AdamW(..)`,
+/// `trainer.fit(..)`). Its batch sizes (an evaluation script's defaults, handed to argparse as a
+/// plain `dict(..)`) size evaluation or sampling passes, not training steps. A script that hands
+/// its model to a training loop of another module (`TrainLoop(..).run_loop()`) names it, and keeps
+/// its findings.
+fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
+    let source = &cx.file(file).source;
+    if memchr::memmem::find(source.as_bytes(), b"__main__").is_none()
+        || cx.file_reaches_step_loop(file)
+    {
+        return false;
+    }
+    !cx.units[file].facts.calls.iter().any(|call| {
+        let name = call
+            .method
+            .or_else(|| {
+                call.path
+                    .as_deref()
+                    .map(|p| p.rsplit('.').next().unwrap_or(p))
+            })
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        name == "fit"
+            || ["train", "optim", "backward"]
+                .iter()
+                .any(|w| name.contains(w))
+    })
 }
 
 /// A call that exports or runs a trained model (`export_onnx(.., batch_size=1)`,
