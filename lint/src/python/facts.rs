@@ -27,6 +27,8 @@ pub struct PyFn<'a> {
     pub step_body: bool,
     /// What it returns (for helpers that build tensors).
     pub returns: Vec<&'a Expr>,
+    /// Its parameters in order: name, default, and whether it may be passed by position.
+    pub params: Vec<(&'a str, Option<&'a Expr>, bool)>,
 }
 
 /// A `for` or `while` loop (comprehensions are not loops here).
@@ -66,6 +68,9 @@ pub struct PyCall<'a> {
     /// program or unwinds (`raise`, `sys.exit(..)`), `Some(n)` when it `break`s out of the loop
     /// `loops[n - 1]`. Such a block runs once, not on every iteration.
     pub leaves: Option<usize>,
+    /// The innermost branch `if name == literal:` (or `elif`) of its function around the call,
+    /// as (name, literal).
+    pub branch: Option<(&'a str, &'a Expr)>,
     /// Under `torch.no_grad()` / `torch.inference_mode()`.
     pub no_grad: bool,
     pub in_test: bool,
@@ -168,6 +173,7 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         shared_loops: None,
         guard: None,
         leaves: None,
+        branch: None,
         no_grad: 0,
         test: file.test_file,
         test_depth: 0,
@@ -243,6 +249,8 @@ struct Collector<'a> {
     guard: Option<usize>,
     /// See [`PyCall::leaves`].
     leaves: Option<usize>,
+    /// See [`PyCall::branch`].
+    branch: Option<(&'a str, &'a Expr)>,
     no_grad: usize,
     test: bool,
     test_depth: usize,
@@ -391,12 +399,14 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     step_body: class.is_some()
                         && (name == "training_step" || name.starts_with("on_train_batch_")),
                     returns: Vec::new(),
+                    params: parameters(&def.parameters),
                 });
                 // Loops and guards do not cross a function boundary.
                 let loops = std::mem::take(&mut self.loops);
                 let shared_loops = self.shared_loops.take();
                 let guard = self.guard.take();
                 let leaves = self.leaves.take();
+                let branch = self.branch.take();
                 let no_grad = std::mem::take(&mut self.no_grad);
                 let decorated_no_grad = def.decorator_list.iter().any(|d| {
                     self.dotted(strip_call(&d.expression))
@@ -417,6 +427,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 self.shared_loops = shared_loops;
                 self.guard = guard;
                 self.leaves = leaves;
+                self.branch = branch;
                 self.no_grad = no_grad;
             }
             Stmt::ClassDef(class) => {
@@ -483,8 +494,12 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 self.visit_expr(&i.test);
                 let saved = self.guard;
                 let saved_leaves = self.leaves;
+                let saved_branch = self.branch;
                 if is_modulo_guard(&i.test) {
                     self.guard = Some(self.loops.len());
+                }
+                if let Some(branch) = equality_branch(&i.test) {
+                    self.branch = Some(branch);
                 }
                 self.enter_block(&i.body);
                 for s in &i.body {
@@ -492,6 +507,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                 }
                 self.guard = saved;
                 self.leaves = saved_leaves;
+                self.branch = saved_branch;
                 for clause in &i.elif_else_clauses {
                     if let Some(test) = &clause.test {
                         self.visit_expr(test);
@@ -499,8 +515,12 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     // `elif step % N == 0:` guards its own body like an `if`.
                     let saved = self.guard;
                     let saved_leaves = self.leaves;
+                    let saved_branch = self.branch;
                     if clause.test.as_ref().is_some_and(is_modulo_guard) {
                         self.guard = Some(self.loops.len());
+                    }
+                    if let Some(branch) = clause.test.as_ref().and_then(equality_branch) {
+                        self.branch = Some(branch);
                     }
                     self.enter_block(&clause.body);
                     for s in &clause.body {
@@ -508,6 +528,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     }
                     self.guard = saved;
                     self.leaves = saved_leaves;
+                    self.branch = saved_branch;
                 }
             }
             Stmt::With(w) => {
@@ -627,6 +648,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
                     loops,
                     guard: self.guard,
                     leaves: self.leaves,
+                    branch: self.branch,
                     no_grad: self.no_grad > 0,
                     in_test: self.in_test(),
                     in_comprehension: self.comprehension > 0,
@@ -708,6 +730,49 @@ fn leaving_block(body: &[Stmt], depth: usize) -> Option<usize> {
         },
         _ => None,
     }
+}
+
+/// `name == literal` (or `literal == name`) with a string, number or boolean literal: the name
+/// and the literal.
+fn equality_branch(test: &Expr) -> Option<(&str, &Expr)> {
+    let Expr::Compare(cmp) = test else {
+        return None;
+    };
+    if cmp.ops.len() != 1 || cmp.ops[0] != ruff_python_ast::CmpOp::Eq {
+        return None;
+    }
+    let (left, right) = (&*cmp.left, &cmp.comparators[0]);
+    match (left, right) {
+        (Expr::Name(name), lit) | (lit, Expr::Name(name)) if is_plain_literal(lit) => {
+            Some((name.id.as_str(), lit))
+        }
+        _ => None,
+    }
+}
+
+/// A string, number or boolean literal (or `None`).
+pub fn is_plain_literal(expr: &Expr) -> bool {
+    matches!(
+        expr,
+        Expr::StringLiteral(_)
+            | Expr::NumberLiteral(_)
+            | Expr::BooleanLiteral(_)
+            | Expr::NoneLiteral(_)
+    )
+}
+
+/// A function's parameters in order: name, default, and whether it may be passed by position.
+fn parameters(params: &ruff_python_ast::Parameters) -> Vec<(&str, Option<&Expr>, bool)> {
+    let positional = params.posonlyargs.iter().chain(&params.args);
+    positional
+        .map(|p| (p.parameter.name.as_str(), p.default.as_deref(), true))
+        .chain(
+            params
+                .kwonlyargs
+                .iter()
+                .map(|p| (p.parameter.name.as_str(), p.default.as_deref(), false)),
+        )
+        .collect()
 }
 
 fn is_modulo(expr: &Expr) -> bool {

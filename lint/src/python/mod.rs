@@ -835,6 +835,9 @@ impl<'a> PyContext<'a> {
         if call.in_test {
             return None;
         }
+        if call.branch.is_some() && self.in_branch_not_taken(file, call) {
+            return None;
+        }
         // A branch that leaves the program, or breaks out of the step loop, runs once.
         match call.leaves {
             Some(0) => return None,
@@ -865,6 +868,54 @@ impl<'a> PyContext<'a> {
         }
         // Inside a non-step loop of a function called per step: still per step (or more).
         Some(hit)
+    }
+
+    /// Whether `call` sits in a branch `if p == literal:` of its function, `p` a parameter, that
+    /// no call of the function in the package takes: each passes `p` (by keyword or position), or
+    /// leaves it to its default, as another literal (`compute_top_k(.., reduction="none")` never
+    /// runs the `reduction == "mean"` branch with its `.item()`).
+    fn in_branch_not_taken(&self, file: usize, call: &PyCall<'a>) -> bool {
+        let (Some((param, literal)), Some(fi)) = (call.branch, call.fn_idx) else {
+            return false;
+        };
+        let function = &self.units[file].facts.fns[fi];
+        let Some(pos) = function.params.iter().position(|p| p.0 == param) else {
+            return false;
+        };
+        let (_, default, positional) = function.params[pos];
+        let bound_first = function.class.is_some()
+            && function
+                .params
+                .first()
+                .is_some_and(|p| matches!(p.0, "self" | "cls"));
+        let mut callers = 0;
+        for (g, unit) in self.units.iter().enumerate() {
+            for (ci, caller) in unit.facts.calls.iter().enumerate() {
+                if !self.call_targets[g][ci].contains(&(file, fi)) {
+                    continue;
+                }
+                callers += 1;
+                let args = &caller.call.arguments;
+                if caller.has_double_star() || args.args.iter().any(Expr::is_starred_expr) {
+                    return false;
+                }
+                // `obj.method(a)` passes `a` as the parameter after `self`.
+                let index = if bound_first && caller.method.is_some() {
+                    pos.checked_sub(1)
+                } else {
+                    Some(pos)
+                };
+                let value = caller
+                    .keyword(param)
+                    .or_else(|| index.filter(|_| positional).and_then(|i| args.args.get(i)))
+                    .or(default);
+                match value {
+                    Some(v) if facts::is_plain_literal(v) && !same_literal(v, literal) => {}
+                    _ => return false,
+                }
+            }
+        }
+        callers > 0
     }
 
     /// The step hit of code at `offset` in function `fn_idx` inside `loops` (for statements that
@@ -1504,6 +1555,17 @@ pub fn byte_range<T: Ranged>(node: &T) -> std::ops::Range<usize> {
 }
 
 /// What the rule files' Python checks use.
+/// Whether two plain literals are the same value (`"mean"` and `'mean'`, `1` and `1`).
+fn same_literal(a: &Expr, b: &Expr) -> bool {
+    match (a, b) {
+        (Expr::StringLiteral(x), Expr::StringLiteral(y)) => x.value.to_str() == y.value.to_str(),
+        (Expr::NumberLiteral(x), Expr::NumberLiteral(y)) => x.value == y.value,
+        (Expr::BooleanLiteral(x), Expr::BooleanLiteral(y)) => x.value == y.value,
+        (Expr::NoneLiteral(_), Expr::NoneLiteral(_)) => true,
+        _ => false,
+    }
+}
+
 pub(crate) mod prelude {
     pub(crate) use super::facts::{self, keyword as python_keyword};
     pub(crate) use super::names as python_names;
