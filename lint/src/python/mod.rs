@@ -257,6 +257,9 @@ pub struct PyHit {
     pub outer: bool,
     /// The code runs under an `if step % N == 0` guard.
     pub guarded: bool,
+    /// The step loop is an optimizer-step loop around an accumulation loop (see
+    /// `PyContext::optimizer_loop`).
+    pub optimizer_loop: bool,
 }
 
 impl PyHit {
@@ -274,6 +277,10 @@ pub struct PyContext<'a> {
     step_loop: Vec<Vec<bool>>,
     /// Per file, per loop: does it enclose a step loop (directly or through a call).
     outer_loop: Vec<Vec<bool>>,
+    /// Per file, per loop: a loop that steps the optimizer around inner loops that only run
+    /// `backward()` (gradient accumulation over micro-batches): it runs once per optimizer step,
+    /// so it is a step loop, not an epoch loop.
+    optimizer_loop: Vec<Vec<bool>>,
     /// Per file, per function: the step loop it is called from (or it is a step body).
     fn_hit: Vec<Vec<Option<PyHit>>>,
     /// Per file, per function: does it contain a step loop (directly or through its calls).
@@ -436,6 +443,10 @@ impl<'a> PyContext<'a> {
                 .map(|u| vec![false; u.facts.loops.len()])
                 .collect(),
             outer_loop: units
+                .iter()
+                .map(|u| vec![false; u.facts.loops.len()])
+                .collect(),
+            optimizer_loop: units
                 .iter()
                 .map(|u| vec![false; u.facts.loops.len()])
                 .collect(),
@@ -698,6 +709,16 @@ impl<'a> PyContext<'a> {
                 }
             }
         }
+        // An optimizer-step loop around accumulation loops is the step loop (once per optimizer
+        // step), not an epoch loop.
+        for (f, unit) in units.iter().enumerate() {
+            for l in 0..unit.facts.loops.len() {
+                if self.outer_loop[f][l] && self.steps_optimizer_around_accumulation(f, l) {
+                    self.outer_loop[f][l] = false;
+                    self.optimizer_loop[f][l] = true;
+                }
+            }
+        }
         // 4. Step bodies and functions called from step loops.
         let mut queue: Vec<(usize, usize)> = Vec::new();
         for (f, unit) in units.iter().enumerate() {
@@ -710,6 +731,7 @@ impl<'a> PyContext<'a> {
                         via: Vec::new(),
                         outer: false,
                         guarded: false,
+                        optimizer_loop: false,
                     });
                     queue.push((f, fi));
                 }
@@ -791,7 +813,7 @@ impl<'a> PyContext<'a> {
         let l = loops[pos];
         // A loop with no step in it inside a per-epoch loop (`for x in val_loader:` after the
         // training loop) is an evaluation loop: not a step loop, nothing per step in it.
-        if self.outer_loop[file][l]
+        if (self.outer_loop[file][l] || self.optimizer_loop[file][l])
             && pos + 1 < loops.len()
             && self.is_evaluation(file, call, &loops[pos + 1..])
         {
@@ -807,7 +829,61 @@ impl<'a> PyContext<'a> {
             via: Vec::new(),
             outer: self.outer_loop[file][l],
             guarded: call.guard.is_some_and(|depth| depth > pos),
+            optimizer_loop: self.optimizer_loop[file][l],
         })
+    }
+
+    /// Whether loop `l` of `file` steps the optimizer itself (`optimizer.step()`,
+    /// `optimizer.zero_grad()`, `scaler.step(..)` directly in its body, not in an inner loop)
+    /// around inner step loops that only run `backward()`, and calls no function that holds a
+    /// step loop: the accumulation pattern `for step ..: for micro in ..: loss.backward()` then
+    /// `optimizer.step()`. Its body outside the inner loops runs once per optimizer step.
+    fn steps_optimizer_around_accumulation(&self, file: usize, l: usize) -> bool {
+        let unit = &self.units[file];
+        let facts = &unit.facts;
+        let inside = |q: usize| {
+            let mut p = facts.loops[q].parent;
+            while let Some(r) = p {
+                if r == l {
+                    return true;
+                }
+                p = facts.loops[r].parent;
+            }
+            false
+        };
+        let mut steps_here = false;
+        let mut inner = false;
+        for (c, call) in facts.calls.iter().enumerate() {
+            let Some(pos) = call.loops.iter().position(|&q| q == l) else {
+                continue;
+            };
+            if call
+                .loops
+                .get(pos + 1)
+                .is_some_and(|&q| self.step_loop[file][q])
+            {
+                inner = true;
+                // An inner step loop that steps the optimizer itself is the per-batch loop.
+                if self.steps_optimizer(file, call) {
+                    return false;
+                }
+            } else if pos + 1 == call.loops.len() && self.steps_optimizer(file, call) {
+                steps_here = true;
+            }
+            if self.call_targets[file][c]
+                .iter()
+                .any(|&(g, gi)| self.has_step_loop[g][gi])
+            {
+                return false;
+            }
+        }
+        steps_here && inner && facts.loops.iter().enumerate().any(|(q, _)| inside(q))
+    }
+
+    /// `optimizer.step()`, `optimizer.zero_grad()` or `scaler.step(..)`: a step marker that is
+    /// not a `backward()`.
+    fn steps_optimizer(&self, file: usize, call: &PyCall<'a>) -> bool {
+        matches!(call.method, Some("step" | "zero_grad")) && self.is_marker(file, call)
     }
 
     /// Whether `call`, inside `loops` (loops without a step in them), is evaluation code: under
@@ -863,7 +939,10 @@ impl<'a> PyContext<'a> {
         hit.guarded |= call.guard.is_some();
         // A loop of a function called once per epoch (`test(model, test_loader)` in the epoch
         // loop) is an evaluation loop, not a step loop.
-        if hit.outer && !call.loops.is_empty() && self.is_evaluation(file, call, &call.loops) {
+        if (hit.outer || hit.optimizer_loop)
+            && !call.loops.is_empty()
+            && self.is_evaluation(file, call, &call.loops)
+        {
             return None;
         }
         // Inside a non-step loop of a function called per step: still per step (or more).
@@ -946,6 +1025,7 @@ impl<'a> PyContext<'a> {
                 via: Vec::new(),
                 outer: self.outer_loop[file][l],
                 guarded: guard.is_some_and(|depth| depth > pos),
+                optimizer_loop: self.optimizer_loop[file][l],
             });
         }
         let mut hit = self.fn_hit[file][fn_idx?].clone()?;
