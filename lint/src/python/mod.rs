@@ -839,18 +839,7 @@ impl<'a> PyContext<'a> {
     /// step loop: the accumulation pattern `for step ..: for micro in ..: loss.backward()` then
     /// `optimizer.step()`. Its body outside the inner loops runs once per optimizer step.
     fn steps_optimizer_around_accumulation(&self, file: usize, l: usize) -> bool {
-        let unit = &self.units[file];
-        let facts = &unit.facts;
-        let inside = |q: usize| {
-            let mut p = facts.loops[q].parent;
-            while let Some(r) = p {
-                if r == l {
-                    return true;
-                }
-                p = facts.loops[r].parent;
-            }
-            false
-        };
+        let facts = &self.units[file].facts;
         let mut steps_here = false;
         let mut inner = false;
         for (c, call) in facts.calls.iter().enumerate() {
@@ -877,7 +866,7 @@ impl<'a> PyContext<'a> {
                 return false;
             }
         }
-        steps_here && inner && facts.loops.iter().enumerate().any(|(q, _)| inside(q))
+        steps_here && inner
     }
 
     /// `optimizer.step()`, `optimizer.zero_grad()` or `scaler.step(..)`: a step marker that is

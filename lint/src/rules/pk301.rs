@@ -50,7 +50,9 @@ crate::declare_rule! {
     /// `num_workers=0`, unless its dataset is an in-memory `TensorDataset`. An evaluation loader
     /// (`shuffle=False` without a sampler, bound to a name such as `test_loader` or `val_loader`,
     /// or built in a function such as `evaluate` or `eval_split`) is reported as a note: it slows
-    /// evaluation, not the training step.
+    /// evaluation, not the training step. A class of the package's own named like a loader
+    /// (`class DistributedDataLoader:` reading token shards) is not a `DataLoader` unless it
+    /// derives from one.
     ///
     /// ```python
     /// loader = DataLoader(dataset, batch_size=64, shuffle=True)

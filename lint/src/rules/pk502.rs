@@ -63,7 +63,9 @@ crate::declare_rule! {
     /// `TrainingArguments(per_device_train_batch_size=..)`), or an argparse `--batch-size` default; not
     /// when gradient accumulation appears in the package, nor for evaluation loaders (`shuffle=False`),
     /// nor for a loader that only the function building it iterates, outside any step loop (a pass
-    /// computing a data set's statistics).
+    /// computing a data set's statistics), nor in a program that trains nothing (a `__main__`
+    /// guard, no step loop reached, no call naming training, an optimizer, `backward` or `fit`:
+    /// an evaluation script's defaults).
     ///
     /// ```python
     /// loader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=8)
