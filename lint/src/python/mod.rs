@@ -296,6 +296,10 @@ pub struct PyContext<'a> {
     /// See [`PyContext::cpu_only_program`].
     cpu_only_program: OnceLock<bool>,
     grad_accumulation: OnceLock<bool>,
+    /// The calls of each function of the package: (file, function) -> (file, call index).
+    callers: OnceLock<FxHashMap<(usize, usize), Vec<(usize, usize)>>>,
+    /// The classes defined at the top level of the package's modules, with their bases.
+    classes: OnceLock<FxHashMap<&'a str, Vec<String>>>,
 }
 
 /// The callee names the rules look up through [`PyContext::calls_named`]: each package indexes
@@ -464,6 +468,8 @@ impl<'a> PyContext<'a> {
             mixed_precision: OnceLock::new(),
             cpu_only_program: OnceLock::new(),
             grad_accumulation: OnceLock::new(),
+            callers: OnceLock::new(),
+            classes: OnceLock::new(),
         };
         cx.call_targets = units
             .iter()
@@ -510,22 +516,24 @@ impl<'a> PyContext<'a> {
 
     /// The base classes (as written, dotted) of a class named `name` defined at the top level of a
     /// module of this package, if there is one.
-    pub fn package_class_bases(&self, name: &str) -> Option<Vec<String>> {
-        for unit in self.units {
-            for stmt in &unit.file.module().body {
-                if let ruff_python_ast::Stmt::ClassDef(class) = stmt
-                    && class.name.as_str() == name
-                {
-                    let bases = class
-                        .arguments
-                        .as_ref()
-                        .map(|a| a.args.iter().filter_map(facts::dotted).collect())
-                        .unwrap_or_default();
-                    return Some(bases);
+    pub fn package_class_bases(&self, name: &str) -> Option<&[String]> {
+        let classes = self.classes.get_or_init(|| {
+            let mut classes = FxHashMap::default();
+            for unit in self.units {
+                for stmt in &unit.file.module().body {
+                    if let ruff_python_ast::Stmt::ClassDef(class) = stmt {
+                        let bases = class
+                            .arguments
+                            .as_ref()
+                            .map(|a| a.args.iter().filter_map(facts::dotted).collect())
+                            .unwrap_or_default();
+                        classes.entry(class.name.as_str()).or_insert(bases);
+                    }
                 }
             }
-        }
-        None
+            classes
+        });
+        classes.get(name).map(Vec::as_slice)
     }
 
     /// Whether the package is a program that runs on the CPU only: it starts itself (a
@@ -897,10 +905,16 @@ impl<'a> PyContext<'a> {
     /// Whether the code at `call` runs per step (or less often, then the hit is lowered): inside
     /// a step loop, a step body or a function called from one. `None` outside any, and in tests.
     pub fn step_hit(&self, file: usize, call: &PyCall<'a>) -> Option<PyHit> {
-        if call.in_test {
+        let hit = self.step_hit_unfiltered(file, call)?;
+        if call.branch.is_some() && self.in_branch_not_taken(file, call) {
             return None;
         }
-        if call.branch.is_some() && self.in_branch_not_taken(file, call) {
+        Some(hit)
+    }
+
+    /// [`PyContext::step_hit`] before the branches that no call takes are set aside.
+    fn step_hit_unfiltered(&self, file: usize, call: &PyCall<'a>) -> Option<PyHit> {
+        if call.in_test {
             return None;
         }
         // A branch that leaves the program, or breaks out of the step loop, runs once.
@@ -956,34 +970,42 @@ impl<'a> PyContext<'a> {
                 .params
                 .first()
                 .is_some_and(|p| matches!(p.0, "self" | "cls"));
-        let mut callers = 0;
-        for (g, unit) in self.units.iter().enumerate() {
-            for (ci, caller) in unit.facts.calls.iter().enumerate() {
-                if !self.call_targets[g][ci].contains(&(file, fi)) {
-                    continue;
-                }
-                callers += 1;
-                let args = &caller.call.arguments;
-                if caller.has_double_star() || args.args.iter().any(Expr::is_starred_expr) {
-                    return false;
-                }
-                // `obj.method(a)` passes `a` as the parameter after `self`.
-                let index = if bound_first && caller.method.is_some() {
-                    pos.checked_sub(1)
-                } else {
-                    Some(pos)
-                };
-                let value = caller
-                    .keyword(param)
-                    .or_else(|| index.filter(|_| positional).and_then(|i| args.args.get(i)))
-                    .or(default);
-                match value {
-                    Some(v) if facts::is_plain_literal(v) && !same_literal(v, literal) => {}
-                    _ => return false,
+        let callers = self.callers.get_or_init(|| {
+            let mut callers: FxHashMap<(usize, usize), Vec<(usize, usize)>> = FxHashMap::default();
+            for (g, targets) in self.call_targets.iter().enumerate() {
+                for (ci, targets) in targets.iter().enumerate() {
+                    for &target in targets {
+                        callers.entry(target).or_default().push((g, ci));
+                    }
                 }
             }
+            callers
+        });
+        let Some(callers) = callers.get(&(file, fi)) else {
+            return false;
+        };
+        for &(g, ci) in callers {
+            let caller = &self.units[g].facts.calls[ci];
+            let args = &caller.call.arguments;
+            if caller.has_double_star() || args.args.iter().any(Expr::is_starred_expr) {
+                return false;
+            }
+            // `obj.method(a)` passes `a` as the parameter after `self`.
+            let index = if bound_first && caller.method.is_some() {
+                pos.checked_sub(1)
+            } else {
+                Some(pos)
+            };
+            let value = caller
+                .keyword(param)
+                .or_else(|| index.filter(|_| positional).and_then(|i| args.args.get(i)))
+                .or(default);
+            match value {
+                Some(v) if facts::is_plain_literal(v) && !same_literal(v, literal) => {}
+                _ => return false,
+            }
         }
-        callers > 0
+        !callers.is_empty()
     }
 
     /// The step hit of code at `offset` in function `fn_idx` inside `loops` (for statements that
