@@ -297,10 +297,13 @@ pub struct PyContext<'a> {
     cpu_only_program: OnceLock<bool>,
     grad_accumulation: OnceLock<bool>,
     /// The calls of each function of the package: (file, function) -> (file, call index).
-    callers: OnceLock<FxHashMap<(usize, usize), Vec<(usize, usize)>>>,
+    callers: OnceLock<Callers>,
     /// The classes defined at the top level of the package's modules, with their bases.
     classes: OnceLock<FxHashMap<&'a str, Vec<String>>>,
 }
+
+/// The calls of each function: (file, function) -> (file, call index).
+type Callers = FxHashMap<(usize, usize), Vec<(usize, usize)>>;
 
 /// The callee names the rules look up through [`PyContext::calls_named`]: each package indexes
 /// its calls of these names once (see [`indexed_slot`]).
@@ -971,7 +974,7 @@ impl<'a> PyContext<'a> {
                 .first()
                 .is_some_and(|p| matches!(p.0, "self" | "cls"));
         let callers = self.callers.get_or_init(|| {
-            let mut callers: FxHashMap<(usize, usize), Vec<(usize, usize)>> = FxHashMap::default();
+            let mut callers = Callers::default();
             for (g, targets) in self.call_targets.iter().enumerate() {
                 for (ci, targets) in targets.iter().enumerate() {
                     for &target in targets {
