@@ -276,12 +276,22 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
         if !matches!(method, "item" | "cpu" | "numpy" | "tolist" | "to") {
             return None;
         }
-        // `t.cpu().numpy()` is one readback, reported at its first step.
+        // `t.cpu().numpy()` is one readback, reported at its first step; when nothing tells
+        // what `t` is (a parameter, a loop variable), the chain itself does: only a tensor has
+        // `.cpu()` then `.numpy()`, so the readback is reported at `.numpy()`.
         if let PyExpr::Call(inner) = recv
             && let PyExpr::Attribute(attr) = &*inner.func
             && (python_names::READBACK_METHODS.contains(&attr.attr.as_str())
                 || attr.attr.as_str() == "to")
         {
+            if method == "numpy"
+                && args.is_empty()
+                && attr.attr.as_str() == "cpu"
+                && inner.arguments.is_empty()
+                && !is_tensor(&attr.value)
+            {
+                return Some(".cpu().numpy()".into());
+            }
             return None;
         }
         return match method {
