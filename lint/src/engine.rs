@@ -444,10 +444,29 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         match read_python(path) {
             Ok(file) => {
                 let file: &crate::python::PyFile = parsed.alloc(file);
-                units.push(crate::python::PyUnit {
-                    file,
-                    facts: crate::python::facts::collect(file),
-                });
+                let facts = crate::python::facts::collect(file);
+                if let Some(at) = facts.too_deep {
+                    let limit = crate::python::facts::MAX_NESTING;
+                    output.errors.push(match file.notebook {
+                        Some(_) => FileError {
+                            path: file.path.clone(),
+                            message: format!(
+                                "nesting too deep in {} (more than {limit} levels), not linted",
+                                file.line_name(at)
+                            ),
+                            line: None,
+                        },
+                        None => FileError {
+                            path: file.path.clone(),
+                            message: format!(
+                                "nesting too deep (more than {limit} levels), not linted"
+                            ),
+                            line: Some(file.line_of(at)),
+                        },
+                    });
+                    continue;
+                }
+                units.push(crate::python::PyUnit { file, facts });
             }
             Err(err) => output.errors.push(err),
         }

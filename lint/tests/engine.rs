@@ -152,6 +152,24 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
 }
 
 #[test]
+fn deep_python_expressions_are_an_error_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Left-nested trees the parser builds without recursing deeply, but that a walk of the tree
+    // would descend one level per call or operator.
+    let chain = format!("import torch\n\nx = a{}\n", ".b()".repeat(200_000));
+    write(&dir.path().join("chain.py"), &chain);
+    let unary = format!("import torch\n\nx = {}1\n", "-".repeat(1_000_000));
+    write(&dir.path().join("unary.py"), &unary);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 2);
+    assert_eq!(report.errors.len(), 2, "{:?}", report.errors);
+    for error in &report.errors {
+        assert!(error.message.contains("nesting too deep"), "{error:?}");
+        assert_eq!(error.line, Some(3), "{error:?}");
+    }
+}
+
+#[test]
 fn a_huge_file_is_reported_without_being_parsed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("huge.rs");
