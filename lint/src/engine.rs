@@ -915,6 +915,15 @@ fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
             Some(line),
         ));
     }
+    if let Some(line) = crate::nesting::too_deep_line(&source) {
+        return Err(error(
+            format!(
+                "nesting too deep (more than {} tokens nested without a `,` or `;`), not linted",
+                crate::nesting::MAX_NEST_TOKENS
+            ),
+            Some(line),
+        ));
+    }
     SourceFile::parse(path.to_path_buf(), source).map_err(|err| {
         let line = err.span().start().line;
         error(format!("syntax error: {err}"), (line > 0).then_some(line))

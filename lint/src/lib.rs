@@ -10,6 +10,7 @@ pub mod config;
 pub mod diagnostic;
 mod engine;
 pub mod fix;
+mod nesting;
 pub mod output;
 pub mod python;
 pub mod rules;

@@ -152,6 +152,36 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
 }
 
 #[test]
+fn deep_rust_without_brackets_is_an_error_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let depth = 60_000;
+    // Forms that syn parses by recursion, one level per token or two, with no bracket to count:
+    // generic types, pointer types, closures, `return`, assignments, unary operators.
+    let sources = [
+        format!(
+            "type A = {}u8{};\n",
+            "Vec<".repeat(depth),
+            ">".repeat(depth)
+        ),
+        format!("type B = {}u8;\n", "*const ".repeat(depth)),
+        format!("fn c() {{ let x = {}1; }}\n", "|| ".repeat(depth)),
+        format!("fn d() {{ {}1; }}\n", "return ".repeat(depth)),
+        format!("fn e() {{ {}1; }}\n", "a = ".repeat(depth)),
+        format!("fn f() {{ let x = {}1; }}\n", "-".repeat(4 * depth)),
+    ];
+    for (i, source) in sources.iter().enumerate() {
+        write(&dir.path().join(format!("f{i}.rs")), source);
+    }
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, sources.len());
+    assert_eq!(report.errors.len(), sources.len(), "{:?}", report.errors);
+    for error in &report.errors {
+        assert!(error.message.contains("nesting too deep"), "{error:?}");
+        assert_eq!(error.line, Some(1), "{error:?}");
+    }
+}
+
+#[test]
 fn deep_python_expressions_are_an_error_not_a_stack_overflow() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Left-nested trees the parser builds without recursing deeply, but that a walk of the tree
