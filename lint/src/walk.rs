@@ -61,7 +61,63 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     }
     sort_paths(&mut files);
     files.dedup();
+    if paths.len() > 1 {
+        dedup_spellings(&mut files);
+        dedup_errors(&mut errors);
+    }
     Walked { files, errors }
+}
+
+/// Where a path really is, for telling the same file given several ways apart (`x.rs`,
+/// `./src/../x.rs`, `/abs/x.rs`): its directory resolved, its own name kept (a symlink to a file
+/// is a file of its own, as the walk lists it).
+fn identity(path: &Path) -> PathBuf {
+    let resolved = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            parent.canonicalize().ok().map(|dir| dir.join(name))
+        }
+        _ => None,
+    };
+    resolved.unwrap_or_else(|| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Keeps one spelling of each file given several ways (by several paths on the command line, or
+/// as a file and its directory): the shortest, at the place of the first.
+fn dedup_spellings(files: &mut Vec<PathBuf>) {
+    let mut first: HashMap<PathBuf, usize> = HashMap::with_capacity(files.len());
+    let mut keep = vec![true; files.len()];
+    for i in 0..files.len() {
+        match first.entry(identity(&files[i])) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(i);
+            }
+            std::collections::hash_map::Entry::Occupied(slot) => {
+                let kept = *slot.get();
+                if files[i].as_os_str().len() < files[kept].as_os_str().len() {
+                    files.swap(i, kept);
+                }
+                keep[i] = false;
+            }
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let mut flags = keep.into_iter();
+    files.retain(|_| flags.next().unwrap_or(true));
+    // A shorter spelling may sort elsewhere.
+    sort_paths(files);
+}
+
+/// One error per path that could not be walked, however many times it was given.
+fn dedup_errors(errors: &mut Vec<FileError>) {
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert((identity(&e.path), e.message.clone())));
 }
 
 /// Sorts paths in `Path` order (component by component). Comparing components parses both paths

@@ -255,6 +255,29 @@ fn missing_paths_are_errors() {
 }
 
 #[test]
+fn a_file_named_several_ways_is_linted_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    let src = dir.path().join("src");
+    let train = src.join("train.rs");
+    let report = run(&[
+        &train,
+        &src.join(".").join("train.rs"),
+        &src.join("..").join("src").join("train.rs"),
+        &src,
+        dir.path(),
+        &train,
+    ]);
+    assert_eq!(report.files_scanned, 1, "{:?}", report.diagnostics);
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+    // A missing path given twice is one error.
+    let missing = dir.path().join("nope.rs");
+    let report = run(&[&missing, &dir.path().join(".").join("nope.rs")]);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+}
+
+#[test]
 fn gitignore_and_target_are_honoured() {
     let dir = tempfile::tempdir().expect("tempdir");
     package(dir.path(), "");
