@@ -403,14 +403,28 @@ fn map_notebook_findings(units: &[crate::python::PyUnit<'_>], diagnostics: &mut 
 }
 
 /// Turns a rule's findings into diagnostics of `path_of(file)`, with the configured severity.
-fn push_findings(
+fn push_findings<'s>(
     meta: &crate::RuleMeta,
     config: &Config,
     findings: &mut Vec<crate::Finding>,
     path_of: &dyn Fn(FileId) -> PathBuf,
+    source_of: &dyn Fn(FileId) -> &'s str,
     out: &mut Vec<Diagnostic>,
 ) {
-    for finding in findings.drain(..) {
+    // Findings come file by file: the fingerprint of the last file is kept.
+    let mut fingerprint: Option<(FileId, u64)> = None;
+    for mut finding in findings.drain(..) {
+        if let Some(fix) = &mut finding.fix {
+            let linted = match fingerprint {
+                Some((file, linted)) if file == finding.file => linted,
+                _ => {
+                    let linted = crate::diagnostic::source_fingerprint(source_of(finding.file));
+                    fingerprint = Some((finding.file, linted));
+                    linted
+                }
+            };
+            fix.linted = Some(linted);
+        }
         let severity = if finding.lowered {
             Severity::Note
         } else {
@@ -487,6 +501,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
             config,
             &mut findings,
             &path_of,
+            &|file: FileId| units[file.0].file.source.as_str(),
             &mut output.diagnostics,
         );
     }
@@ -584,6 +599,7 @@ fn lint_crate(
             config,
             &mut findings,
             &path_of,
+            &|file: FileId| files[file.0].file.source.as_str(),
             &mut output.diagnostics,
         );
     }

@@ -34,6 +34,12 @@ pub enum FixError {
         /// The byte offset that does not fit.
         offset: usize,
     },
+    /// The file's text is not the text that was linted: it was saved or rewritten meanwhile.
+    #[error("{path}: the file changed since it was linted; left unchanged (run again)")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is read-only: perfkit does not write a file its owner protected.
     #[error("{path}: the file is read-only; left unchanged (make it writable to apply the fixes)")]
     ReadOnly {
@@ -56,6 +62,7 @@ impl FixError {
         match self {
             FixError::Io { path, .. }
             | FixError::Stale { path, .. }
+            | FixError::Changed { path }
             | FixError::ReadOnly { path }
             | FixError::WouldNotParse { path, .. } => path,
         }
@@ -125,6 +132,15 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
         source,
     };
     let original = std::fs::read_to_string(path).map_err(io_error)?;
+    // Offsets computed on other text would edit the wrong places, and the result may still parse.
+    if fixes.iter().any(|fix| {
+        fix.linted
+            .is_some_and(|linted| linted != crate::diagnostic::source_fingerprint(&original))
+    }) {
+        return Err(FixError::Changed {
+            path: path.to_path_buf(),
+        });
+    }
     let fixed = apply_to_text(&original, fixes).map_err(|offset| FixError::Stale {
         path: path.to_path_buf(),
         offset,
@@ -269,6 +285,7 @@ mod tests {
                     replacement: replacement.into(),
                 })
                 .collect(),
+            linted: None,
         }
     }
 

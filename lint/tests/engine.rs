@@ -774,3 +774,23 @@ fn integration_tests_and_benches_are_test_code() {
         ]
     );
 }
+
+#[test]
+fn fix_leaves_a_file_that_changed_since_it_was_linted_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.py");
+    let linted = "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n";
+    write(&path, linted);
+    let options = LintOptions::new([path.clone()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    assert!(report.diagnostics.iter().any(|d| d.fix.is_some()));
+    // Saved by an editor between the lint and the fix: every byte offset has moved.
+    let saved = format!("# a new first line\n{linted}");
+    write(&path, &saved);
+    let summary = perfkit_lint::fix::apply_fixes(&report.diagnostics);
+    assert_eq!(fs::read_to_string(&path).expect("read"), saved);
+    assert_eq!(summary.applied, 0);
+    assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
+    let message = summary.errors[0].to_string();
+    assert!(message.contains("changed since it was linted"), "{message}");
+}

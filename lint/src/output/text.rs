@@ -497,6 +497,7 @@ warning[PK101]: `to_scalar` reads a value back to the host on every step
                     replacement: String::new(),
                 },
             ],
+            linted: None,
         });
         let text = render_plain(&d, source);
         assert!(
