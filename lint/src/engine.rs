@@ -340,8 +340,35 @@ fn add_file(crates: &mut Crates, file: PathBuf, root: PathBuf, python: bool, con
 }
 
 /// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
-fn is_python(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "py" || e == "ipynb")
+pub(crate) fn is_python(path: &Path) -> bool {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("py" | "ipynb") => true,
+        Some("rs") => false,
+        Some(e)
+            if ["py", "pyi", "pyw"]
+                .iter()
+                .any(|p| e.eq_ignore_ascii_case(p)) =>
+        {
+            true
+        }
+        // Only a file given by name gets here (the walk takes `.rs`, `.py` and `.ipynb`): a script
+        // without the extension is Python when its first line runs Python, else it is read as Rust.
+        _ => has_python_shebang(path),
+    }
+}
+
+/// Whether a file starts with a `#!` line that runs Python (`#!/usr/bin/env python3`).
+fn has_python_shebang(path: &Path) -> bool {
+    let mut head = [0u8; 256];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        // Unreadable: reported when it is read.
+        return false;
+    };
+    let Ok(n) = std::io::Read::read(&mut file, &mut head) else {
+        return false;
+    };
+    let first = head[..n].split(|&b| b == b'\n').next().unwrap_or_default();
+    first.starts_with(b"#!") && memchr::memmem::find(first, b"python").is_some()
 }
 
 /// Largest notebook read: a notebook's JSON also holds its outputs (plots, tables), so it may be

@@ -157,7 +157,7 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
             path: path.to_path_buf(),
         });
     }
-    if path.extension().is_some_and(|e| e == "py") {
+    if crate::engine::is_python(path) {
         if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
             let line = fixed.text[..offset.min(fixed.text.len())]
                 .matches('\n')

@@ -794,3 +794,21 @@ fn fix_leaves_a_file_that_changed_since_it_was_linted_alone() {
     let message = summary.errors[0].to_string();
     assert!(message.contains("changed since it was linted"), "{message}");
 }
+
+#[test]
+fn a_python_script_given_by_name_without_the_py_extension_is_linted_as_python() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = "import torch\n\ndef train(model, opt, loader):\n    for x in loader:\n        loss = model(x.to(\"cuda\"))\n        loss.backward()\n        opt.step()\n        print(loss.item())\n";
+    let script = dir.path().join("train");
+    write(&script, &format!("#!/usr/bin/env python3\n{body}"));
+    let stub = dir.path().join("train_loop.pyi");
+    write(&stub, body);
+    let report = run(&[&script, &stub]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(codes_at(&report, "train").len(), 1);
+    assert_eq!(codes_at(&report, "train_loop.pyi").len(), 1);
+    // Without a Python shebang, a file given by name is still read as Rust.
+    let rust = dir.path().join("kernel.rs.in");
+    write(&rust, CANDLE_LOOP);
+    assert_eq!(codes_at(&run(&[&rust]), "kernel.rs.in").len(), 2);
+}
