@@ -24,7 +24,7 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             Err(err) => {
                 errors.push(FileError {
                     path: root.clone(),
-                    message: io_message(&err),
+                    message: path_message(root, &err),
                     line: None,
                 });
                 continue;
@@ -158,13 +158,37 @@ fn walk_error(root: &Path, err: &ignore::Error) -> FileError {
             "symbolic link loop (points back to {}), not followed",
             ancestor.display()
         ),
-        None => err.to_string(),
+        None => match io_error(err) {
+            Some(io) => path_message(&path, io),
+            None => err.to_string(),
+        },
     };
     FileError {
         path,
         message,
         line: None,
     }
+}
+
+/// The I/O error inside a walk error, if it is one.
+fn io_error(err: &ignore::Error) -> Option<&std::io::Error> {
+    match err {
+        ignore::Error::Io(io) => Some(io),
+        ignore::Error::WithPath { err, .. }
+        | ignore::Error::WithDepth { err, .. }
+        | ignore::Error::WithLineNumber { err, .. } => io_error(err),
+        _ => None,
+    }
+}
+
+/// The message for an I/O error on `path`: a link whose target is missing is named as one.
+pub(crate) fn path_message(path: &Path, err: &std::io::Error) -> String {
+    if err.kind() == std::io::ErrorKind::NotFound
+        && let Ok(target) = std::fs::read_link(path)
+    {
+        return format!("broken symbolic link ({} does not exist)", target.display());
+    }
+    io_message(err)
 }
 
 fn error_path(err: &ignore::Error) -> Option<PathBuf> {

@@ -246,6 +246,23 @@ fn a_symlink_loop_is_reported_and_the_walk_ends() {
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
 }
 
+#[cfg(unix)]
+#[test]
+fn a_broken_symlink_is_named_as_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink("gone.py", dir.path().join("train.py")).expect("symlink");
+    for path in [dir.path().to_path_buf(), dir.path().join("train.py")] {
+        let report = run(&[&path]);
+        assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+        let error = &report.errors[0];
+        assert!(error.path.ends_with("train.py"), "{error:?}");
+        assert_eq!(
+            error.message, "broken symbolic link (gone.py does not exist)",
+            "{error:?}"
+        );
+    }
+}
+
 #[test]
 fn missing_paths_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
