@@ -71,7 +71,7 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
 /// Where a path really is, for telling the same file given several ways apart (`x.rs`,
 /// `./src/../x.rs`, `/abs/x.rs`): its directory resolved, its own name kept (a symlink to a file
 /// is a file of its own, as the walk lists it).
-fn identity(path: &Path) -> PathBuf {
+fn identity(path: &Path, dirs: &mut HashMap<PathBuf, Option<PathBuf>>) -> PathBuf {
     let resolved = match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => {
             let parent = if parent.as_os_str().is_empty() {
@@ -79,7 +79,16 @@ fn identity(path: &Path) -> PathBuf {
             } else {
                 parent
             };
-            parent.canonicalize().ok().map(|dir| dir.join(name))
+            // Files of one directory share its resolution (one `realpath` per directory).
+            let dir = match dirs.get(parent) {
+                Some(dir) => dir.clone(),
+                None => {
+                    let dir = parent.canonicalize().ok();
+                    dirs.insert(parent.to_path_buf(), dir.clone());
+                    dir
+                }
+            };
+            dir.map(|dir| dir.join(name))
         }
         _ => None,
     };
@@ -90,9 +99,10 @@ fn identity(path: &Path) -> PathBuf {
 /// as a file and its directory): the shortest, at the place of the first.
 fn dedup_spellings(files: &mut Vec<PathBuf>) {
     let mut first: HashMap<PathBuf, usize> = HashMap::with_capacity(files.len());
+    let mut dirs = HashMap::new();
     let mut keep = vec![true; files.len()];
     for i in 0..files.len() {
-        match first.entry(identity(&files[i])) {
+        match first.entry(identity(&files[i], &mut dirs)) {
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(i);
             }
@@ -117,7 +127,8 @@ fn dedup_spellings(files: &mut Vec<PathBuf>) {
 /// One error per path that could not be walked, however many times it was given.
 fn dedup_errors(errors: &mut Vec<FileError>) {
     let mut seen = std::collections::HashSet::new();
-    errors.retain(|e| seen.insert((identity(&e.path), e.message.clone())));
+    let mut dirs = HashMap::new();
+    errors.retain(|e| seen.insert((identity(&e.path, &mut dirs), e.message.clone())));
 }
 
 /// Sorts paths in `Path` order (component by component). Comparing components parses both paths
