@@ -40,7 +40,8 @@ pub struct LintArgs {
     /// `human` is `--format text`.
     #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
     message_format: Option<MessageFormat>,
-    /// Enable only these rules: comma-separated codes or prefixes (`PK101`, `PK1`), on top of the config.
+    /// Run these rules: comma-separated codes or prefixes (`PK101`, `PK1`). Only these when the
+    /// config selects nothing; added to the config's `select` when it has one.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
     /// Disable these rules: comma-separated codes or prefixes, on top of the config.
