@@ -98,20 +98,25 @@ pub struct FixedText {
 /// change. Findings without a fix are ignored, and so are findings in notebooks: perfkit does not
 /// rewrite `.ipynb` files.
 pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
-    let mut by_file: BTreeMap<&Path, Vec<&Fix>> = BTreeMap::new();
+    // By the file itself: a file linted under two names (through a symbolic link) is written once,
+    // its fixes merged (the same fix twice counts once).
+    let mut by_file: BTreeMap<PathBuf, (&Path, Vec<&Fix>)> = BTreeMap::new();
     for diagnostic in diagnostics {
         if diagnostic.cell.is_some() || crate::python::notebook::is_notebook(&diagnostic.path) {
             continue;
         }
         if let Some(fix) = &diagnostic.fix {
+            let path = diagnostic.path.as_path();
+            let file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             by_file
-                .entry(diagnostic.path.as_path())
-                .or_default()
+                .entry(file)
+                .or_insert((path, Vec::new()))
+                .1
                 .push(fix);
         }
     }
     let mut summary = FixSummary::default();
-    for (path, fixes) in by_file {
+    for (path, fixes) in by_file.into_values() {
         match fix_file(path, &fixes) {
             Ok(Some(fixed)) => {
                 summary.applied += fixed.applied;

@@ -829,3 +829,25 @@ fn a_python_script_given_by_name_without_the_py_extension_is_linted_as_python() 
     write(&rust, CANDLE_LOOP);
     assert_eq!(codes_at(&run(&[&rust]), "kernel.rs.in").len(), 2);
 }
+
+#[cfg(unix)]
+#[test]
+fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.py");
+    write(
+        &path,
+        "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n",
+    );
+    std::os::unix::fs::symlink("model.py", dir.path().join("link.py")).expect("symlink");
+    let options = LintOptions::new([dir.path().to_path_buf()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    assert_eq!(report.diagnostics.len(), 2, "{:?}", report.diagnostics);
+    let summary = perfkit_lint::fix::apply_fixes(&report.diagnostics);
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.applied, 1);
+    assert_eq!(
+        fs::read_to_string(&path).expect("read"),
+        "import torch\n\ndef f():\n    return torch.rand(2, 2, device=\"cuda\")\n"
+    );
+}
