@@ -802,6 +802,33 @@ fn sarif_codes(dir: &Path) -> Vec<(String, bool)> {
         .collect()
 }
 
+#[cfg(unix)]
+#[test]
+fn a_file_fix_could_not_write_is_an_error_entry_in_every_format() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.py");
+    let text = "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n";
+    std::fs::write(&model, text).unwrap();
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = run(perfkit_in(dir.path()).args(["lint", "--fix", "--format", "json", "."]));
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    let value = json(&out);
+    let errors = value["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{value}");
+    assert_eq!(errors[0]["path"], "model.py");
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.starts_with("the file is read-only"), "{message}");
+    let out = run(perfkit_in(dir.path()).args(["lint", "--fix", "--format", "github", "."]));
+    assert!(
+        out.stdout
+            .contains("::error file=model.py,title=perfkit lint::the file is read-only"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(std::fs::read_to_string(&model).unwrap(), text);
+}
+
 #[test]
 fn fix_rewrites_cpu_tensor_then_copy_and_the_findings_go() {
     let fixture = root().join("fixtures/lint/pk201-cpu-tensor-then-copy");

@@ -57,6 +57,14 @@ pub enum FixError {
 }
 
 impl FixError {
+    /// What went wrong, without the path (for a report's error entry, which names the file).
+    pub fn detail(&self) -> String {
+        let full = self.to_string();
+        let prefix = format!("{}: ", self.path().display());
+        full.strip_prefix(&prefix)
+            .map_or(full.clone(), str::to_string)
+    }
+
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
