@@ -34,6 +34,15 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             files.push(root.clone());
             continue;
         }
+        if !meta.is_dir() {
+            // A device, a FIFO, a socket: named, never read (a FIFO would block) nor passed over.
+            errors.push(FileError {
+                path: root.clone(),
+                message: "not a regular file or a directory, not linted".to_string(),
+                line: None,
+            });
+            continue;
+        }
         let walker = ignore::WalkBuilder::new(root)
             .follow_links(true)
             .require_git(false)

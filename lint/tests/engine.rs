@@ -263,6 +263,18 @@ fn a_broken_symlink_is_named_as_one() {
     }
 }
 
+#[cfg(unix)]
+#[test]
+fn a_path_that_is_neither_a_file_nor_a_directory_is_an_error() {
+    let report = run(&[Path::new("/dev/null")]);
+    assert_eq!(report.files_scanned, 0);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    assert_eq!(
+        report.errors[0].message,
+        "not a regular file or a directory, not linted"
+    );
+}
+
 #[test]
 fn missing_paths_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
