@@ -863,3 +863,37 @@ fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
         "import torch\n\ndef f():\n    return torch.rand(2, 2, device=\"cuda\")\n"
     );
 }
+
+#[test]
+fn python_lines_end_at_a_lone_carriage_return_too() {
+    // Python reads `\r`, `\n` and `\r\n` as line ends (old Mac files end lines with `\r` alone).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = [
+        "import torch",
+        "",
+        "def train(model, opt, loader):",
+        "    for x in loader:",
+        "        loss = model(x.to(\"cuda\"))",
+        "        loss.backward()",
+        "        opt.step()",
+        "        v = loss.item()",
+        "        w = loss.item()  # noqa: PK101",
+        "",
+    ];
+    write(&dir.path().join("cr.py"), &lines.join("\r"));
+    write(
+        &dir.path().join("mixed.py"),
+        &lines.join("\r\n").replacen("\r\n", "\r", 3),
+    );
+    let report = run(&[dir.path()]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    for file in ["cr.py", "mixed.py"] {
+        let found: Vec<_> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.path.ends_with(file))
+            .map(|d| (d.code, d.region.line, d.region.column, d.region.end_column))
+            .collect();
+        assert_eq!(found, [("PK101", 8, 18, 22)], "{file}");
+    }
+}

@@ -251,9 +251,15 @@ fn first_cell_error(
     })
 }
 
-fn line_starts(source: &str) -> Vec<usize> {
+/// The byte offset of each line: lines end at `\n`, `\r\n` or a lone `\r`, as Python reads them.
+pub(crate) fn line_starts(source: &str) -> Vec<usize> {
+    let bytes = source.as_bytes();
     let mut starts = vec![0];
-    starts.extend(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1));
+    starts.extend(
+        memchr::memchr2_iter(b'\n', b'\r', bytes)
+            .filter(|&i| bytes[i] == b'\n' || bytes.get(i + 1) != Some(&b'\n'))
+            .map(|i| i + 1),
+    );
     starts
 }
 

@@ -160,6 +160,7 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
             continue;
         }
         out.index.cells.push((i + 1, line));
+        let start = out.source.len();
         out.source.push_str(&text);
         if !text.ends_with('\n') {
             out.source.push('\n');
@@ -167,7 +168,8 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
         // A blank line after each cell: a `# perfkit: allow(..)` on a cell's last line never
         // reaches into the next cell.
         out.source.push('\n');
-        line = memchr::memchr_iter(b'\n', out.source.as_bytes()).count() + 1;
+        // A cell's text ends with `\n` here, so no `\r\n` spans two cells: each is counted alone.
+        line += super::line_starts(&out.source[start..]).len() - 1;
     }
     Ok(out)
 }

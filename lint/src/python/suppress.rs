@@ -18,7 +18,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         let text = &source[start..range.end().to_usize()];
         let body = text.trim_start_matches('#').trim_start();
         let line = file.line_of(start);
-        let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_start = source[..start].rfind(['\n', '\r']).map_or(0, |i| i + 1);
         let own_line = source[line_start..start].trim().is_empty();
         let column = source[line_start..start].chars().count() + 1;
         let end_column = column + text.chars().count();
