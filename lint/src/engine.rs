@@ -688,6 +688,15 @@ fn apply_suppression_lists(
                         format!("unused suppression of `{code}`"),
                         format!("remove `{code}` from the comment: nothing here triggers it"),
                     )
+                } else if crate::rules()
+                    .iter()
+                    .any(|rule| rule.meta().code.starts_with(code.as_str()))
+                {
+                    (
+                        format!("suppression names the prefix `{code}`, not a rule code"),
+                        "name each rule in full (`PK101`); `perfkit rules` lists the codes"
+                            .to_string(),
+                    )
                 } else {
                     (
                         format!("suppression names unknown rule code `{code}`"),

@@ -897,3 +897,26 @@ fn python_lines_end_at_a_lone_carriage_return_too() {
         assert_eq!(found, [("PK101", 8, 18, 22)], "{file}");
     }
 }
+
+#[test]
+fn a_suppression_that_names_a_prefix_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        &dir.path().join("m.py"),
+        "import torch\nx = 1  # perfkit: allow(PK1, PK999)\n",
+    );
+    let report = run(&[dir.path()]);
+    let messages: Vec<&str> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == "PK000")
+        .map(|d| d.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "suppression names the prefix `PK1`, not a rule code",
+            "suppression names unknown rule code `PK999`"
+        ]
+    );
+}
