@@ -1,5 +1,5 @@
 //! Finding the files to lint: `.rs`, `.py` and `.ipynb` files under the given paths, honouring `.gitignore` and skipping
-//! `target/` directories; grouping them into crates (the nearest `Cargo.toml` above each file).
+//! Cargo's `target/` build directories; grouping them into crates (the nearest `Cargo.toml` above each file).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,8 +47,11 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             .follow_links(true)
             .require_git(false)
             .filter_entry(|entry| {
-                // `target/` holds build output, never sources to lint.
-                !(entry.file_type().is_some_and(|t| t.is_dir()) && entry.file_name() == "target")
+                // Cargo's `target/` holds build output, never sources to lint; a module or a
+                // Python package that is named `target` is linted like any other directory.
+                !(entry.file_type().is_some_and(|t| t.is_dir())
+                    && entry.file_name() == "target"
+                    && is_build_dir(entry.path()))
             })
             .build();
         for entry in walker {
@@ -75,6 +78,15 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
         dedup_errors(&mut errors);
     }
     Walked { files, errors }
+}
+
+/// Whether a directory named `target` is Cargo's build directory: beside a `Cargo.toml`, or
+/// marked as Cargo marks it (`CACHEDIR.TAG`, `.rustc_info.json`).
+fn is_build_dir(dir: &Path) -> bool {
+    dir.parent()
+        .is_some_and(|parent| parent.join("Cargo.toml").is_file())
+        || dir.join("CACHEDIR.TAG").is_file()
+        || dir.join(".rustc_info.json").is_file()
 }
 
 /// Where a path really is, for telling the same file given several ways apart (`x.rs`,

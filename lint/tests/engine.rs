@@ -920,3 +920,21 @@ fn a_suppression_that_names_a_prefix_says_so() {
         ]
     );
 }
+
+#[test]
+fn only_a_build_directory_named_target_is_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    // Cargo's build output, beside the manifest: skipped.
+    write(&dir.path().join("target/debug/build/gen.rs"), CANDLE_LOOP);
+    // A module named `target` and a Python package named `target`: sources like any other.
+    write(&dir.path().join("src/target/mod.rs"), CANDLE_LOOP);
+    write(
+        &dir.path().join("py/target/train.py"),
+        "import torch\n\ndef train(model, opt, loader):\n    for x in loader:\n        loss = model(x.to(\"cuda\"))\n        loss.backward()\n        opt.step()\n        print(loss.item())\n",
+    );
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 2, "{:?}", report.diagnostics);
+    assert_eq!(codes_at(&report, "src/target/mod.rs").len(), 2);
+    assert_eq!(codes_at(&report, "py/target/train.py").len(), 1);
+}
