@@ -910,6 +910,30 @@ fn fix_rewrites_cpu_tensor_then_copy_and_the_findings_go() {
 }
 
 #[test]
+fn a_runtime_only_code_given_to_the_linter_is_named_as_one() {
+    // The linter's list of codes only `perfkit profile` measures is the runtime catalog's.
+    let lint: BTreeSet<&str> = perfkit_lint::rules()
+        .iter()
+        .map(|rule| rule.meta().code)
+        .collect();
+    let runtime_only: Vec<&str> = perfkit_reports::rules::RULES
+        .iter()
+        .map(|rule| rule.code)
+        .filter(|code| !lint.contains(code))
+        .collect();
+    assert_eq!(runtime_only, perfkit_lint::config::RUNTIME_ONLY_CODES);
+    let out = run(perfkit().args(["lint", "--select", "PK601", "fixtures/python"]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "--select: `PK601` is measured by `perfkit profile` only; the linter has no check for it"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn rules_lists_the_catalog() {
     let table = run(perfkit().args(["rules"]));
     assert_eq!(table.code, 0);

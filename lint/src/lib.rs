@@ -147,7 +147,7 @@ pub enum LintError {
         source: std::io::Error,
     },
     /// A flag names no rule (`--select PK999`).
-    #[error("{flag}: unknown rule code or prefix `{code}`")]
+    #[error("{flag}: {}", config::unknown_code_message(code))]
     UnknownCode {
         /// The flag (`--select`, `--ignore`).
         flag: &'static str,
