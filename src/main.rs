@@ -15,7 +15,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Lint Rust training code for performance anti-patterns.
+    /// Lint Rust and Python training code (and notebooks) for performance anti-patterns.
     Lint(cmd::lint::LintArgs),
     /// List the rule catalog.
     Rules(cmd::rules::RulesArgs),

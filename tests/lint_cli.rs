@@ -802,6 +802,33 @@ fn sarif_codes(dir: &Path) -> Vec<(String, bool)> {
         .collect()
 }
 
+#[cfg(unix)]
+#[test]
+fn a_file_fix_could_not_write_is_an_error_entry_in_every_format() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.py");
+    let text = "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n";
+    std::fs::write(&model, text).unwrap();
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = run(perfkit_in(dir.path()).args(["lint", "--fix", "--format", "json", "."]));
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    let value = json(&out);
+    let errors = value["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{value}");
+    assert_eq!(errors[0]["path"], "model.py");
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.starts_with("the file is read-only"), "{message}");
+    let out = run(perfkit_in(dir.path()).args(["lint", "--fix", "--format", "github", "."]));
+    assert!(
+        out.stdout
+            .contains("::error file=model.py,title=perfkit lint::the file is read-only"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(std::fs::read_to_string(&model).unwrap(), text);
+}
+
 #[test]
 fn fix_rewrites_cpu_tensor_then_copy_and_the_findings_go() {
     let fixture = root().join("fixtures/lint/pk201-cpu-tensor-then-copy");
@@ -880,6 +907,30 @@ fn fix_rewrites_cpu_tensor_then_copy_and_the_findings_go() {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     assert_eq!(texts_after, texts_again);
+}
+
+#[test]
+fn a_runtime_only_code_given_to_the_linter_is_named_as_one() {
+    // The linter's list of codes only `perfkit profile` measures is the runtime catalog's.
+    let lint: BTreeSet<&str> = perfkit_lint::rules()
+        .iter()
+        .map(|rule| rule.meta().code)
+        .collect();
+    let runtime_only: Vec<&str> = perfkit_reports::rules::RULES
+        .iter()
+        .map(|rule| rule.code)
+        .filter(|code| !lint.contains(code))
+        .collect();
+    assert_eq!(runtime_only, perfkit_lint::config::RUNTIME_ONLY_CODES);
+    let out = run(perfkit().args(["lint", "--select", "PK601", "fixtures/python"]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "--select: `PK601` is measured by `perfkit profile` only; the linter has no check for it"
+        ),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -230,6 +230,10 @@ impl Config {
     }
 }
 
+/// Codes of the rules that only `perfkit profile` measures: no lint check has them (a test of
+/// the binary keeps this list equal to the runtime catalog's).
+pub const RUNTIME_ONLY_CODES: &[&str] = &["PK601", "PK602", "PK603", "PK604"];
+
 /// Checks that `code` is a rule code or a prefix of one (`PK1`, `PK101`, `ALL`).
 pub(crate) fn check_code(code: &str) -> Result<(), String> {
     let upper = code.to_ascii_uppercase();
@@ -240,7 +244,17 @@ pub(crate) fn check_code(code: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!("unknown rule code or prefix `{code}`"))
+        Err(unknown_code_message(code))
+    }
+}
+
+/// Why `code` names no lint rule: a code of a rule `perfkit profile` measures, or no code at all.
+pub(crate) fn unknown_code_message(code: &str) -> String {
+    let upper = code.to_ascii_uppercase();
+    if RUNTIME_ONLY_CODES.iter().any(|c| c.starts_with(&upper)) {
+        format!("`{code}` is measured by `perfkit profile` only; the linter has no check for it")
+    } else {
+        format!("unknown rule code or prefix `{code}`")
     }
 }
 
@@ -399,7 +413,14 @@ mod tests {
         let text = config("select = [\"PK9\"]\n")
             .expect_err("code")
             .to_string();
-        assert!(text.contains("`PK9`"), "{text}");
+        assert!(text.contains("unknown rule code or prefix `PK9`"), "{text}");
+        let text = config("ignore = [\"PK601\"]\n")
+            .expect_err("runtime code")
+            .to_string();
+        assert!(
+            text.contains("`PK601` is measured by `perfkit profile` only"),
+            "{text}"
+        );
         let text = config("[severity]\nPK101 = \"loud\"\n")
             .expect_err("level")
             .to_string();

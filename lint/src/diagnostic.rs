@@ -54,6 +54,19 @@ pub struct Fix {
     /// What the fix does, e.g. "create the tensor on the target device".
     pub title: String,
     pub edits: Vec<Edit>,
+    /// A fingerprint of the file's text the edits were computed on (see [`source_fingerprint`]):
+    /// a file that changed since it was linted is left alone rather than edited at offsets that
+    /// no longer mean the same place. `None` when not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linted: Option<u64>,
+}
+
+/// The fingerprint of a file's text that [`Fix::linted`] holds.
+pub fn source_fingerprint(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// One finding of a rule.

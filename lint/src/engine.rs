@@ -340,8 +340,35 @@ fn add_file(crates: &mut Crates, file: PathBuf, root: PathBuf, python: bool, con
 }
 
 /// Whether a walked file is Python source (a `.py` file or a Jupyter notebook).
-fn is_python(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "py" || e == "ipynb")
+pub(crate) fn is_python(path: &Path) -> bool {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("py" | "ipynb") => true,
+        Some("rs") => false,
+        Some(e)
+            if ["py", "pyi", "pyw"]
+                .iter()
+                .any(|p| e.eq_ignore_ascii_case(p)) =>
+        {
+            true
+        }
+        // Only a file given by name gets here (the walk takes `.rs`, `.py` and `.ipynb`): a script
+        // without the extension is Python when its first line runs Python, else it is read as Rust.
+        _ => has_python_shebang(path),
+    }
+}
+
+/// Whether a file starts with a `#!` line that runs Python (`#!/usr/bin/env python3`).
+fn has_python_shebang(path: &Path) -> bool {
+    let mut head = [0u8; 256];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        // Unreadable: reported when it is read.
+        return false;
+    };
+    let Ok(n) = std::io::Read::read(&mut file, &mut head) else {
+        return false;
+    };
+    let first = head[..n].split(|&b| b == b'\n').next().unwrap_or_default();
+    first.starts_with(b"#!") && memchr::memmem::find(first, b"python").is_some()
 }
 
 /// Largest notebook read: a notebook's JSON also holds its outputs (plots, tables), so it may be
@@ -403,14 +430,28 @@ fn map_notebook_findings(units: &[crate::python::PyUnit<'_>], diagnostics: &mut 
 }
 
 /// Turns a rule's findings into diagnostics of `path_of(file)`, with the configured severity.
-fn push_findings(
+fn push_findings<'s>(
     meta: &crate::RuleMeta,
     config: &Config,
     findings: &mut Vec<crate::Finding>,
     path_of: &dyn Fn(FileId) -> PathBuf,
+    source_of: &dyn Fn(FileId) -> &'s str,
     out: &mut Vec<Diagnostic>,
 ) {
-    for finding in findings.drain(..) {
+    // Findings come file by file: the fingerprint of the last file is kept.
+    let mut fingerprint: Option<(FileId, u64)> = None;
+    for mut finding in findings.drain(..) {
+        if let Some(fix) = &mut finding.fix {
+            let linted = match fingerprint {
+                Some((file, linted)) if file == finding.file => linted,
+                _ => {
+                    let linted = crate::diagnostic::source_fingerprint(source_of(finding.file));
+                    fingerprint = Some((finding.file, linted));
+                    linted
+                }
+            };
+            fix.linted = Some(linted);
+        }
         let severity = if finding.lowered {
             Severity::Note
         } else {
@@ -444,10 +485,29 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         match read_python(path) {
             Ok(file) => {
                 let file: &crate::python::PyFile = parsed.alloc(file);
-                units.push(crate::python::PyUnit {
-                    file,
-                    facts: crate::python::facts::collect(file),
-                });
+                let facts = crate::python::facts::collect(file);
+                if let Some(at) = facts.too_deep {
+                    let limit = crate::python::facts::MAX_NESTING;
+                    output.errors.push(match file.notebook {
+                        Some(_) => FileError {
+                            path: file.path.clone(),
+                            message: format!(
+                                "nesting too deep in {} (more than {limit} levels), not linted",
+                                file.line_name(at)
+                            ),
+                            line: None,
+                        },
+                        None => FileError {
+                            path: file.path.clone(),
+                            message: format!(
+                                "nesting too deep (more than {limit} levels), not linted"
+                            ),
+                            line: Some(file.line_of(at)),
+                        },
+                    });
+                    continue;
+                }
+                units.push(crate::python::PyUnit { file, facts });
             }
             Err(err) => output.errors.push(err),
         }
@@ -468,6 +528,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
             config,
             &mut findings,
             &path_of,
+            &|file: FileId| units[file.0].file.source.as_str(),
             &mut output.diagnostics,
         );
     }
@@ -565,6 +626,7 @@ fn lint_crate(
             config,
             &mut findings,
             &path_of,
+            &|file: FileId| files[file.0].file.source.as_str(),
             &mut output.diagnostics,
         );
     }
@@ -625,6 +687,15 @@ fn apply_suppression_lists(
                     (
                         format!("unused suppression of `{code}`"),
                         format!("remove `{code}` from the comment: nothing here triggers it"),
+                    )
+                } else if crate::rules()
+                    .iter()
+                    .any(|rule| rule.meta().code.starts_with(code.as_str()))
+                {
+                    (
+                        format!("suppression names the prefix `{code}`, not a rule code"),
+                        "name each rule in full (`PK101`); `perfkit rules` lists the codes"
+                            .to_string(),
                     )
                 } else {
                     (
@@ -892,6 +963,15 @@ fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
         return Err(error(
             format!(
                 "nesting too deep (more than {MAX_BRACKET_DEPTH} levels of brackets), not linted"
+            ),
+            Some(line),
+        ));
+    }
+    if let Some(line) = crate::nesting::too_deep_line(&source) {
+        return Err(error(
+            format!(
+                "nesting too deep (more than {} tokens nested without a `,` or `;`), not linted",
+                crate::nesting::MAX_NEST_TOKENS
             ),
             Some(line),
         ));

@@ -34,6 +34,12 @@ pub enum FixError {
         /// The byte offset that does not fit.
         offset: usize,
     },
+    /// The file's text is not the text that was linted: it was saved or rewritten meanwhile.
+    #[error("{path}: the file changed since it was linted; left unchanged (run again)")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is read-only: perfkit does not write a file its owner protected.
     #[error("{path}: the file is read-only; left unchanged (make it writable to apply the fixes)")]
     ReadOnly {
@@ -51,11 +57,20 @@ pub enum FixError {
 }
 
 impl FixError {
+    /// What went wrong, without the path (for a report's error entry, which names the file).
+    pub fn detail(&self) -> String {
+        let full = self.to_string();
+        let prefix = format!("{}: ", self.path().display());
+        full.strip_prefix(&prefix)
+            .map_or(full.clone(), str::to_string)
+    }
+
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
             FixError::Io { path, .. }
             | FixError::Stale { path, .. }
+            | FixError::Changed { path }
             | FixError::ReadOnly { path }
             | FixError::WouldNotParse { path, .. } => path,
         }
@@ -91,20 +106,25 @@ pub struct FixedText {
 /// change. Findings without a fix are ignored, and so are findings in notebooks: perfkit does not
 /// rewrite `.ipynb` files.
 pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
-    let mut by_file: BTreeMap<&Path, Vec<&Fix>> = BTreeMap::new();
+    // By the file itself: a file linted under two names (through a symbolic link) is written once,
+    // its fixes merged (the same fix twice counts once).
+    let mut by_file: BTreeMap<PathBuf, (&Path, Vec<&Fix>)> = BTreeMap::new();
     for diagnostic in diagnostics {
         if diagnostic.cell.is_some() || crate::python::notebook::is_notebook(&diagnostic.path) {
             continue;
         }
         if let Some(fix) = &diagnostic.fix {
+            let path = diagnostic.path.as_path();
+            let file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             by_file
-                .entry(diagnostic.path.as_path())
-                .or_default()
+                .entry(file)
+                .or_insert((path, Vec::new()))
+                .1
                 .push(fix);
         }
     }
     let mut summary = FixSummary::default();
-    for (path, fixes) in by_file {
+    for (path, fixes) in by_file.into_values() {
         match fix_file(path, &fixes) {
             Ok(Some(fixed)) => {
                 summary.applied += fixed.applied;
@@ -125,6 +145,15 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
         source,
     };
     let original = std::fs::read_to_string(path).map_err(io_error)?;
+    // Offsets computed on other text would edit the wrong places, and the result may still parse.
+    if fixes.iter().any(|fix| {
+        fix.linted
+            .is_some_and(|linted| linted != crate::diagnostic::source_fingerprint(&original))
+    }) {
+        return Err(FixError::Changed {
+            path: path.to_path_buf(),
+        });
+    }
     let fixed = apply_to_text(&original, fixes).map_err(|offset| FixError::Stale {
         path: path.to_path_buf(),
         offset,
@@ -141,7 +170,7 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
             path: path.to_path_buf(),
         });
     }
-    if path.extension().is_some_and(|e| e == "py") {
+    if crate::engine::is_python(path) {
         if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
             let line = fixed.text[..offset.min(fixed.text.len())]
                 .matches('\n')
@@ -269,6 +298,7 @@ mod tests {
                     replacement: replacement.into(),
                 })
                 .collect(),
+            linted: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod diagnostic;
 mod engine;
 pub mod fix;
+mod nesting;
 pub mod output;
 pub mod python;
 pub mod rules;
@@ -146,7 +147,7 @@ pub enum LintError {
         source: std::io::Error,
     },
     /// A flag names no rule (`--select PK999`).
-    #[error("{flag}: unknown rule code or prefix `{code}`")]
+    #[error("{flag}: {}", config::unknown_code_message(code))]
     UnknownCode {
         /// The flag (`--select`, `--ignore`).
         flag: &'static str,

@@ -1,5 +1,5 @@
 //! Finding the files to lint: `.rs`, `.py` and `.ipynb` files under the given paths, honouring `.gitignore` and skipping
-//! `target/` directories; grouping them into crates (the nearest `Cargo.toml` above each file).
+//! Cargo's `target/` build directories; grouping them into crates (the nearest `Cargo.toml` above each file).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             Err(err) => {
                 errors.push(FileError {
                     path: root.clone(),
-                    message: io_message(&err),
+                    message: path_message(root, &err),
                     line: None,
                 });
                 continue;
@@ -34,12 +34,24 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             files.push(root.clone());
             continue;
         }
+        if !meta.is_dir() {
+            // A device, a FIFO, a socket: named, never read (a FIFO would block) nor passed over.
+            errors.push(FileError {
+                path: root.clone(),
+                message: "not a regular file or a directory, not linted".to_string(),
+                line: None,
+            });
+            continue;
+        }
         let walker = ignore::WalkBuilder::new(root)
             .follow_links(true)
             .require_git(false)
             .filter_entry(|entry| {
-                // `target/` holds build output, never sources to lint.
-                !(entry.file_type().is_some_and(|t| t.is_dir()) && entry.file_name() == "target")
+                // Cargo's `target/` holds build output, never sources to lint; a module or a
+                // Python package that is named `target` is linted like any other directory.
+                !(entry.file_type().is_some_and(|t| t.is_dir())
+                    && entry.file_name() == "target"
+                    && is_build_dir(entry.path()))
             })
             .build();
         for entry in walker {
@@ -61,7 +73,83 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     }
     sort_paths(&mut files);
     files.dedup();
+    if paths.len() > 1 {
+        dedup_spellings(&mut files);
+        dedup_errors(&mut errors);
+    }
     Walked { files, errors }
+}
+
+/// Whether a directory named `target` is Cargo's build directory: beside a `Cargo.toml`, or
+/// marked as Cargo marks it (`CACHEDIR.TAG`, `.rustc_info.json`).
+fn is_build_dir(dir: &Path) -> bool {
+    dir.parent()
+        .is_some_and(|parent| parent.join("Cargo.toml").is_file())
+        || dir.join("CACHEDIR.TAG").is_file()
+        || dir.join(".rustc_info.json").is_file()
+}
+
+/// Where a path really is, for telling the same file given several ways apart (`x.rs`,
+/// `./src/../x.rs`, `/abs/x.rs`): its directory resolved, its own name kept (a symlink to a file
+/// is a file of its own, as the walk lists it).
+fn identity(path: &Path, dirs: &mut HashMap<PathBuf, Option<PathBuf>>) -> PathBuf {
+    let resolved = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            // Files of one directory share its resolution (one `realpath` per directory).
+            let dir = match dirs.get(parent) {
+                Some(dir) => dir.clone(),
+                None => {
+                    let dir = parent.canonicalize().ok();
+                    dirs.insert(parent.to_path_buf(), dir.clone());
+                    dir
+                }
+            };
+            dir.map(|dir| dir.join(name))
+        }
+        _ => None,
+    };
+    resolved.unwrap_or_else(|| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Keeps one spelling of each file given several ways (by several paths on the command line, or
+/// as a file and its directory): the shortest, at the place of the first.
+fn dedup_spellings(files: &mut Vec<PathBuf>) {
+    let mut first: HashMap<PathBuf, usize> = HashMap::with_capacity(files.len());
+    let mut dirs = HashMap::new();
+    let mut keep = vec![true; files.len()];
+    for i in 0..files.len() {
+        match first.entry(identity(&files[i], &mut dirs)) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(i);
+            }
+            std::collections::hash_map::Entry::Occupied(slot) => {
+                let kept = *slot.get();
+                if files[i].as_os_str().len() < files[kept].as_os_str().len() {
+                    files.swap(i, kept);
+                }
+                keep[i] = false;
+            }
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let mut flags = keep.into_iter();
+    files.retain(|_| flags.next().unwrap_or(true));
+    // A shorter spelling may sort elsewhere.
+    sort_paths(files);
+}
+
+/// One error per path that could not be walked, however many times it was given.
+fn dedup_errors(errors: &mut Vec<FileError>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut dirs = HashMap::new();
+    errors.retain(|e| seen.insert((identity(&e.path, &mut dirs), e.message.clone())));
 }
 
 /// Sorts paths in `Path` order (component by component). Comparing components parses both paths
@@ -102,13 +190,37 @@ fn walk_error(root: &Path, err: &ignore::Error) -> FileError {
             "symbolic link loop (points back to {}), not followed",
             ancestor.display()
         ),
-        None => err.to_string(),
+        None => match io_error(err) {
+            Some(io) => path_message(&path, io),
+            None => err.to_string(),
+        },
     };
     FileError {
         path,
         message,
         line: None,
     }
+}
+
+/// The I/O error inside a walk error, if it is one.
+fn io_error(err: &ignore::Error) -> Option<&std::io::Error> {
+    match err {
+        ignore::Error::Io(io) => Some(io),
+        ignore::Error::WithPath { err, .. }
+        | ignore::Error::WithDepth { err, .. }
+        | ignore::Error::WithLineNumber { err, .. } => io_error(err),
+        _ => None,
+    }
+}
+
+/// The message for an I/O error on `path`: a link whose target is missing is named as one.
+pub(crate) fn path_message(path: &Path, err: &std::io::Error) -> String {
+    if err.kind() == std::io::ErrorKind::NotFound
+        && let Ok(target) = std::fs::read_link(path)
+    {
+        return format!("broken symbolic link ({} does not exist)", target.display());
+    }
+    io_message(err)
 }
 
 fn error_path(err: &ignore::Error) -> Option<PathBuf> {

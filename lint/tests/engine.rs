@@ -152,6 +152,54 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
 }
 
 #[test]
+fn deep_rust_without_brackets_is_an_error_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let depth = 60_000;
+    // Forms that syn parses by recursion, one level per token or two, with no bracket to count:
+    // generic types, pointer types, closures, `return`, assignments, unary operators.
+    let sources = [
+        format!(
+            "type A = {}u8{};\n",
+            "Vec<".repeat(depth),
+            ">".repeat(depth)
+        ),
+        format!("type B = {}u8;\n", "*const ".repeat(depth)),
+        format!("fn c() {{ let x = {}1; }}\n", "|| ".repeat(depth)),
+        format!("fn d() {{ {}1; }}\n", "return ".repeat(depth)),
+        format!("fn e() {{ {}1; }}\n", "a = ".repeat(depth)),
+        format!("fn f() {{ let x = {}1; }}\n", "-".repeat(4 * depth)),
+    ];
+    for (i, source) in sources.iter().enumerate() {
+        write(&dir.path().join(format!("f{i}.rs")), source);
+    }
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, sources.len());
+    assert_eq!(report.errors.len(), sources.len(), "{:?}", report.errors);
+    for error in &report.errors {
+        assert!(error.message.contains("nesting too deep"), "{error:?}");
+        assert_eq!(error.line, Some(1), "{error:?}");
+    }
+}
+
+#[test]
+fn deep_python_expressions_are_an_error_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Left-nested trees the parser builds without recursing deeply, but that a walk of the tree
+    // would descend one level per call or operator.
+    let chain = format!("import torch\n\nx = a{}\n", ".b()".repeat(200_000));
+    write(&dir.path().join("chain.py"), &chain);
+    let unary = format!("import torch\n\nx = {}1\n", "-".repeat(1_000_000));
+    write(&dir.path().join("unary.py"), &unary);
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 2);
+    assert_eq!(report.errors.len(), 2, "{:?}", report.errors);
+    for error in &report.errors {
+        assert!(error.message.contains("nesting too deep"), "{error:?}");
+        assert_eq!(error.line, Some(3), "{error:?}");
+    }
+}
+
+#[test]
 fn a_huge_file_is_reported_without_being_parsed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("huge.rs");
@@ -198,12 +246,64 @@ fn a_symlink_loop_is_reported_and_the_walk_ends() {
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
 }
 
+#[cfg(unix)]
+#[test]
+fn a_broken_symlink_is_named_as_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink("gone.py", dir.path().join("train.py")).expect("symlink");
+    for path in [dir.path().to_path_buf(), dir.path().join("train.py")] {
+        let report = run(&[&path]);
+        assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+        let error = &report.errors[0];
+        assert!(error.path.ends_with("train.py"), "{error:?}");
+        assert_eq!(
+            error.message, "broken symbolic link (gone.py does not exist)",
+            "{error:?}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_path_that_is_neither_a_file_nor_a_directory_is_an_error() {
+    let report = run(&[Path::new("/dev/null")]);
+    assert_eq!(report.files_scanned, 0);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    assert_eq!(
+        report.errors[0].message,
+        "not a regular file or a directory, not linted"
+    );
+}
+
 #[test]
 fn missing_paths_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let report = run(&[&dir.path().join("nope")]);
     assert_eq!(report.errors.len(), 1);
     assert_eq!(report.errors[0].message, "no such file or directory");
+}
+
+#[test]
+fn a_file_named_several_ways_is_linted_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    write(&dir.path().join("src/train.rs"), CANDLE_LOOP);
+    let src = dir.path().join("src");
+    let train = src.join("train.rs");
+    let report = run(&[
+        &train,
+        &src.join(".").join("train.rs"),
+        &src.join("..").join("src").join("train.rs"),
+        &src,
+        dir.path(),
+        &train,
+    ]);
+    assert_eq!(report.files_scanned, 1, "{:?}", report.diagnostics);
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+    // A missing path given twice is one error.
+    let missing = dir.path().join("nope.rs");
+    let report = run(&[&missing, &dir.path().join(".").join("nope.rs")]);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
 }
 
 #[test]
@@ -770,4 +870,139 @@ fn integration_tests_and_benches_are_test_code() {
             ("src/train.rs".to_string(), 11, "PK101"),
         ]
     );
+}
+
+#[test]
+fn fix_leaves_a_file_that_changed_since_it_was_linted_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.py");
+    let linted = "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n";
+    write(&path, linted);
+    let options = LintOptions::new([path.clone()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    assert!(report.diagnostics.iter().any(|d| d.fix.is_some()));
+    // Saved by an editor between the lint and the fix: every byte offset has moved.
+    let saved = format!("# a new first line\n{linted}");
+    write(&path, &saved);
+    let summary = perfkit_lint::fix::apply_fixes(&report.diagnostics);
+    assert_eq!(fs::read_to_string(&path).expect("read"), saved);
+    assert_eq!(summary.applied, 0);
+    assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
+    let message = summary.errors[0].to_string();
+    assert!(message.contains("changed since it was linted"), "{message}");
+}
+
+#[test]
+fn a_python_script_given_by_name_without_the_py_extension_is_linted_as_python() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = "import torch\n\ndef train(model, opt, loader):\n    for x in loader:\n        loss = model(x.to(\"cuda\"))\n        loss.backward()\n        opt.step()\n        print(loss.item())\n";
+    let script = dir.path().join("train");
+    write(&script, &format!("#!/usr/bin/env python3\n{body}"));
+    let stub = dir.path().join("train_loop.pyi");
+    write(&stub, body);
+    let report = run(&[&script, &stub]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(codes_at(&report, "train").len(), 1);
+    assert_eq!(codes_at(&report, "train_loop.pyi").len(), 1);
+    // Without a Python shebang, a file given by name is still read as Rust.
+    let rust = dir.path().join("kernel.rs.in");
+    write(&rust, CANDLE_LOOP);
+    assert_eq!(codes_at(&run(&[&rust]), "kernel.rs.in").len(), 2);
+}
+
+#[cfg(unix)]
+#[test]
+fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.py");
+    write(
+        &path,
+        "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n",
+    );
+    std::os::unix::fs::symlink("model.py", dir.path().join("link.py")).expect("symlink");
+    let options = LintOptions::new([dir.path().to_path_buf()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    assert_eq!(report.diagnostics.len(), 2, "{:?}", report.diagnostics);
+    let summary = perfkit_lint::fix::apply_fixes(&report.diagnostics);
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.applied, 1);
+    assert_eq!(
+        fs::read_to_string(&path).expect("read"),
+        "import torch\n\ndef f():\n    return torch.rand(2, 2, device=\"cuda\")\n"
+    );
+}
+
+#[test]
+fn python_lines_end_at_a_lone_carriage_return_too() {
+    // Python reads `\r`, `\n` and `\r\n` as line ends (old Mac files end lines with `\r` alone).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = [
+        "import torch",
+        "",
+        "def train(model, opt, loader):",
+        "    for x in loader:",
+        "        loss = model(x.to(\"cuda\"))",
+        "        loss.backward()",
+        "        opt.step()",
+        "        v = loss.item()",
+        "        w = loss.item()  # noqa: PK101",
+        "",
+    ];
+    write(&dir.path().join("cr.py"), &lines.join("\r"));
+    write(
+        &dir.path().join("mixed.py"),
+        &lines.join("\r\n").replacen("\r\n", "\r", 3),
+    );
+    let report = run(&[dir.path()]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    for file in ["cr.py", "mixed.py"] {
+        let found: Vec<_> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.path.ends_with(file))
+            .map(|d| (d.code, d.region.line, d.region.column, d.region.end_column))
+            .collect();
+        assert_eq!(found, [("PK101", 8, 18, 22)], "{file}");
+    }
+}
+
+#[test]
+fn a_suppression_that_names_a_prefix_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        &dir.path().join("m.py"),
+        "import torch\nx = 1  # perfkit: allow(PK1, PK999)\n",
+    );
+    let report = run(&[dir.path()]);
+    let messages: Vec<&str> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == "PK000")
+        .map(|d| d.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "suppression names the prefix `PK1`, not a rule code",
+            "suppression names unknown rule code `PK999`"
+        ]
+    );
+}
+
+#[test]
+fn only_a_build_directory_named_target_is_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    package(dir.path(), "");
+    // Cargo's build output, beside the manifest: skipped.
+    write(&dir.path().join("target/debug/build/gen.rs"), CANDLE_LOOP);
+    // A module named `target` and a Python package named `target`: sources like any other.
+    write(&dir.path().join("src/target/mod.rs"), CANDLE_LOOP);
+    write(
+        &dir.path().join("py/target/train.py"),
+        "import torch\n\ndef train(model, opt, loader):\n    for x in loader:\n        loss = model(x.to(\"cuda\"))\n        loss.backward()\n        opt.step()\n        print(loss.item())\n",
+    );
+    let report = run(&[dir.path()]);
+    assert_eq!(report.files_scanned, 2, "{:?}", report.diagnostics);
+    assert_eq!(codes_at(&report, "src/target/mod.rs").len(), 2);
+    assert_eq!(codes_at(&report, "py/target/train.py").len(), 1);
 }

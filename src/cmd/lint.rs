@@ -40,7 +40,8 @@ pub struct LintArgs {
     /// `human` is `--format text`.
     #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
     message_format: Option<MessageFormat>,
-    /// Enable only these rules: comma-separated codes or prefixes (`PK101`, `PK1`), on top of the config.
+    /// Run these rules: comma-separated codes or prefixes (`PK101`, `PK1`). Only these when the
+    /// config selects nothing; added to the config's `select` when it has one.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
     /// Disable these rules: comma-separated codes or prefixes, on top of the config.
@@ -117,6 +118,11 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         .collect();
     options.jobs = args.jobs.map(usize::from);
 
+    let format = match args.message_format {
+        Some(MessageFormat::Json) => Format::Cargo,
+        Some(MessageFormat::Human) => Format::Text,
+        None => Format::from(args.format),
+    };
     let mut report = lint_with_progress(&mut options)?;
     let mut fix_failed = false;
     if args.fix {
@@ -126,15 +132,22 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .filter(|d| d.cell.is_some())
             .count();
-        report_fixes(&summary, in_notebooks);
+        report_fixes(&summary, in_notebooks, format == Format::Text);
         fix_failed = !summary.errors.is_empty();
+        // For tools (JSON, SARIF, annotations, cargo messages), the files `--fix` could not write
+        // are error entries of the report: the exit status 2 is explained where they read.
+        if format != Format::Text {
+            report
+                .errors
+                .extend(summary.errors.iter().map(|error| perfkit_lint::FileError {
+                    path: error.path().to_path_buf(),
+                    message: error.detail(),
+                    line: None,
+                }));
+            report.errors.sort_by(|a, b| a.path.cmp(&b.path));
+        }
     }
 
-    let format = match args.message_format {
-        Some(MessageFormat::Json) => Format::Cargo,
-        Some(MessageFormat::Human) => Format::Text,
-        None => Format::from(args.format),
-    };
     let rules: Vec<&RuleMeta> = perfkit_lint::rules()
         .iter()
         .map(|rule| rule.meta())
@@ -208,8 +221,9 @@ fn exit_code(report: &LintReport, fix_failed: bool, exit_zero: bool) -> ExitCode
 }
 
 /// One line on stderr about what `--fix` did (and the findings in notebooks, which it does not
-/// rewrite), and one per file it could not fix.
-fn report_fixes(summary: &FixSummary, in_notebooks: usize) {
+/// rewrite), and with `with_errors` one per file it could not fix (other formats carry those as
+/// error entries of the report).
+fn report_fixes(summary: &FixSummary, in_notebooks: usize, with_errors: bool) {
     let files = summary.files_changed.len();
     let mut line = format!(
         "fixed {} {} in {} {}",
@@ -235,8 +249,10 @@ fn report_fixes(summary: &FixSummary, in_notebooks: usize) {
         ));
     }
     eprintln!("{line}");
-    for error in &summary.errors {
-        eprintln!("error: {error}");
+    if with_errors {
+        for error in &summary.errors {
+            eprintln!("error: {error}");
+        }
     }
 }
 

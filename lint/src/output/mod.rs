@@ -323,6 +323,7 @@ pub(crate) mod test_support {
                 end,
                 replacement: replacement.to_string(),
             }],
+            linted: None,
         }
     }
 }

@@ -253,6 +253,12 @@ impl SourceText {
         SourceText { text, line_starts }
     }
 
+    /// Indexes Python `text` by line: a lone `\r` ends a line too, as Python reads it.
+    pub fn python(text: String) -> SourceText {
+        let line_starts = crate::python::line_starts(&text);
+        SourceText { text, line_starts }
+    }
+
     /// Lines `first..=last` (1-based) without the final line break; `None` when `first` is not a line of
     /// the file.
     fn excerpt(&self, first: usize, last: usize) -> Option<Excerpt> {
@@ -361,7 +367,10 @@ impl SourceText {
             .saturating_sub(excerpt.bytes.start)
             .min(text.len());
         let rest = &text[relative..];
-        let line_text = rest.split('\n').next().unwrap_or("");
+        let line_text = self
+            .line_text(line)
+            .filter(|line_text| line_text.len() <= rest.len())
+            .unwrap_or(rest);
         let within = line_text
             .char_indices()
             .nth(column.saturating_sub(1))
@@ -402,7 +411,8 @@ impl SourceCache {
                     .text
                     .as_deref()
                     .and_then(|text| crate::python::notebook::cell_source(text, cell))
-                    .map(SourceText::new),
+                    .map(SourceText::python),
+                None if crate::engine::is_python(path) => self.text.take().map(SourceText::python),
                 None => self.text.take().map(SourceText::new),
             };
         }
@@ -497,6 +507,7 @@ warning[PK101]: `to_scalar` reads a value back to the host on every step
                     replacement: String::new(),
                 },
             ],
+            linted: None,
         });
         let text = render_plain(&d, source);
         assert!(

@@ -154,7 +154,14 @@ pub struct PyFacts<'a> {
     pub accumulates: Vec<PyAccumulate<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
+    /// Where statements and expressions first nest deeper than [`MAX_NESTING`] (a byte offset):
+    /// the walk stops descending there, and the file is reported instead of linted.
+    pub too_deep: Option<usize>,
 }
+
+/// Deepest nesting of statements and expressions walked; each level is a stack frame of the
+/// walk, so a generated chain of 200,000 calls (`a.b().b()...`) would overflow the stack.
+pub(crate) const MAX_NESTING: usize = 2000;
 
 /// Lowers a module into facts.
 pub fn collect(file: &PyFile) -> PyFacts<'_> {
@@ -178,6 +185,7 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         test: file.test_file,
         test_depth: 0,
         comprehension: 0,
+        depth: 0,
     };
     for stmt in &file.module().body {
         collector.visit_stmt(stmt);
@@ -255,6 +263,8 @@ struct Collector<'a> {
     test: bool,
     test_depth: usize,
     comprehension: usize,
+    /// Statements and expressions being walked, nested.
+    depth: usize,
 }
 
 impl<'a> Collector<'a> {
@@ -378,8 +388,38 @@ impl<'a> Collector<'a> {
     }
 }
 
+impl<'a> Collector<'a> {
+    /// Enters one more level of nesting at byte `at`; false (and recorded) past [`MAX_NESTING`].
+    fn deeper(&mut self, at: usize) -> bool {
+        if self.depth >= MAX_NESTING {
+            self.facts.too_deep.get_or_insert(at);
+            return false;
+        }
+        self.depth += 1;
+        true
+    }
+}
+
 impl<'a> Visitor<'a> for Collector<'a> {
     fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        if !self.deeper(stmt.start().to_usize()) {
+            return;
+        }
+        self.visit_stmt_nested(stmt);
+        self.depth -= 1;
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        if !self.deeper(expr.start().to_usize()) {
+            return;
+        }
+        self.visit_expr_nested(expr);
+        self.depth -= 1;
+    }
+}
+
+impl<'a> Collector<'a> {
+    fn visit_stmt_nested(&mut self, stmt: &'a Stmt) {
         match stmt {
             Stmt::FunctionDef(def) => {
                 for decorator in &def.decorator_list {
@@ -614,7 +654,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
         }
     }
 
-    fn visit_expr(&mut self, expr: &'a Expr) {
+    fn visit_expr_nested(&mut self, expr: &'a Expr) {
         match expr {
             Expr::Call(call) => {
                 let (method, receiver) = match &*call.func {

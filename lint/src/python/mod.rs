@@ -141,7 +141,13 @@ impl PyFile {
         let parsed = match parse_notebook_source(&source) {
             Ok(parsed) => parsed,
             Err((message, offset)) => {
-                let place = match nb.index.locate(line_at(&line_starts(&source), offset)) {
+                // Jupyter compiles each cell alone: the error is that of the first cell that does
+                // not parse by itself (an unclosed bracket at the end of a cell is its own
+                // error, not the next cell's). Else, as the whole module reads it.
+                let starts = line_starts(&source);
+                let (message, place) = first_cell_error(&source, &starts, &nb.index)
+                    .unwrap_or_else(|| (message, nb.index.locate(line_at(&starts, offset))));
+                let place = match place {
                     Some((cell, line)) => format!("cell {cell}, line {line}: "),
                     None => String::new(),
                 };
@@ -221,9 +227,39 @@ fn line_at(starts: &[usize], offset: usize) -> usize {
     starts.partition_point(|&s| s <= offset).max(1)
 }
 
-fn line_starts(source: &str) -> Vec<usize> {
+/// The syntax error of the first code cell that does not parse alone, with its cell and the line
+/// in it.
+fn first_cell_error(
+    source: &str,
+    starts: &[usize],
+    index: &notebook::CellIndex,
+) -> Option<(String, Option<(usize, usize)>)> {
+    let cells = index.starts();
+    let byte_of_line = |line: usize| starts.get(line - 1).copied().unwrap_or(source.len());
+    cells.iter().enumerate().find_map(|(i, &(cell, first))| {
+        let start = byte_of_line(first);
+        let end = cells
+            .get(i + 1)
+            .map_or(source.len(), |&(_, next)| byte_of_line(next));
+        let text = source.get(start..end)?;
+        let (message, offset) = parse_notebook_source(text).err()?;
+        // Past the cell's own lines (a `\` at its end): its last line, not the blank line the
+        // module puts after each cell.
+        let own_lines = line_starts(text).len().saturating_sub(2).max(1);
+        let line = line_at(&line_starts(text), offset).min(own_lines);
+        Some((message, Some((cell, line))))
+    })
+}
+
+/// The byte offset of each line: lines end at `\n`, `\r\n` or a lone `\r`, as Python reads them.
+pub(crate) fn line_starts(source: &str) -> Vec<usize> {
+    let bytes = source.as_bytes();
     let mut starts = vec![0];
-    starts.extend(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1));
+    starts.extend(
+        memchr::memchr2_iter(b'\n', b'\r', bytes)
+            .filter(|&i| bytes[i] == b'\n' || bytes.get(i + 1) != Some(&b'\n'))
+            .map(|i| i + 1),
+    );
     starts
 }
 

@@ -38,6 +38,11 @@ impl CellIndex {
         Some((cell, line - first + 1))
     }
 
+    /// Per linted cell: its number and the module line where it starts.
+    pub(crate) fn starts(&self) -> &[(usize, usize)] {
+        &self.cells
+    }
+
     /// Cells linted.
     pub fn len(&self) -> usize {
         self.cells.len()
@@ -155,6 +160,7 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
             continue;
         }
         out.index.cells.push((i + 1, line));
+        let start = out.source.len();
         out.source.push_str(&text);
         if !text.ends_with('\n') {
             out.source.push('\n');
@@ -162,7 +168,8 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
         // A blank line after each cell: a `# perfkit: allow(..)` on a cell's last line never
         // reaches into the next cell.
         out.source.push('\n');
-        line = memchr::memchr_iter(b'\n', out.source.as_bytes()).count() + 1;
+        // A cell's text ends with `\n` here, so no `\r\n` spans two cells: each is counted alone.
+        line += super::line_starts(&out.source[start..]).len() - 1;
     }
     Ok(out)
 }
@@ -227,6 +234,37 @@ mod tests {
             Some("%%time\nfor b in loader:\n    pass\n")
         );
         assert!(crate::python::parse_notebook_source(&nb.source).is_ok());
+    }
+
+    #[test]
+    fn a_syntax_error_is_named_in_the_cell_that_has_it() {
+        // Jupyter compiles each cell alone: an unclosed bracket at the end of cell 2 is cell 2's
+        // error, not the next cell's.
+        let text = notebook(&[
+            ("code", serde_json::json!("import torch\n")),
+            ("code", serde_json::json!("x = (\n")),
+            ("code", serde_json::json!("for b in loader:\n    pass\n")),
+        ]);
+        let Err(err) = crate::python::PyFile::parse_notebook("nb.ipynb".into(), &text) else {
+            panic!("parses");
+        };
+        assert!(
+            err.message.starts_with("syntax error in cell 2, line "),
+            "{}",
+            err.message
+        );
+        let text = notebook(&[
+            ("code", serde_json::json!("y = 1 + \\")),
+            ("code", serde_json::json!("z = 2\n")),
+        ]);
+        let Err(err) = crate::python::PyFile::parse_notebook("nb.ipynb".into(), &text) else {
+            panic!("parses");
+        };
+        assert!(
+            err.message.starts_with("syntax error in cell 1, line 1: "),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Python suppression comments: `# perfkit: allow(PK101)` at the end of a line or on the line above,
-//! `# perfkit: allow-file(PK101)` anywhere, and ruff-style `# noqa: PK101` (that line only).
+//! `# perfkit: allow-file(PK101)` anywhere, and ruff-style `# noqa: PK101` (that line only) and
+//! `# ruff: noqa: PK101` (or `# flake8: noqa: PK101`: the whole file, as ruff reads them).
 //!
 //! Only comment tokens are read, so text inside a string never suppresses anything. A `# noqa`
 //! list may name other tools' codes (`# noqa: E501, PK101`): only `PK` codes are perfkit's; a bare
@@ -17,7 +18,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         let text = &source[start..range.end().to_usize()];
         let body = text.trim_start_matches('#').trim_start();
         let line = file.line_of(start);
-        let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_start = source[..start].rfind(['\n', '\r']).map_or(0, |i| i + 1);
         let own_line = source[line_start..start].trim().is_empty();
         let column = source[line_start..start].chars().count() + 1;
         let end_column = column + text.chars().count();
@@ -50,6 +51,11 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         let Some(list) = rest.strip_prefix(':') else {
             continue;
         };
+        // `# ruff: noqa: PK101` (and flake8's form): ruff's exemption of the whole file.
+        let before = lower[..at].trim_end();
+        let file_wide = before
+            .strip_suffix(':')
+            .is_some_and(|tool| matches!(tool.trim(), "ruff" | "flake8"));
         let codes = split_codes(list, true);
         if codes.is_empty() {
             continue;
@@ -58,7 +64,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
             line,
             column,
             end_column,
-            file_wide: false,
+            file_wide,
             used: vec![false; codes.len()],
             codes,
             own_line: false,
@@ -155,6 +161,22 @@ mod tests {
             let found = parse(&file(source));
             let want = usize::from(kept && source.contains('#'));
             assert_eq!(found.len(), want, "{source}");
+        }
+    }
+
+    #[test]
+    fn ruff_and_flake8_file_exemptions_cover_the_whole_file() {
+        // As ruff reads them: `# ruff: noqa: CODE` and `# flake8: noqa: CODE` exempt the file.
+        for header in [
+            "# ruff: noqa: PK101",
+            "# flake8: noqa: PK101",
+            "#Ruff:NOQA:PK101",
+        ] {
+            let f = file(&format!("{header}\na()\n\nb()  # noqa: PK102\n"));
+            let mut found = parse(&f);
+            assert_eq!(found.len(), 2, "{header}");
+            assert!(found[0].covers("PK101", 4), "{header}");
+            assert!(!found[1].covers("PK102", 2), "{header}");
         }
     }
 

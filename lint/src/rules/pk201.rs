@@ -491,6 +491,7 @@ fn chained_fix(
     Some(Fix {
         title: "create the tensor on the target device".to_string(),
         edits: vec![device_edit, removal],
+        linted: None,
     })
 }
 
@@ -1058,6 +1059,7 @@ fn python_fix(
                 replacement: String::new(),
             },
         ],
+        linted: None,
     })
 }
 
