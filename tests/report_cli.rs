@@ -305,3 +305,37 @@ fn report_lint_puts_lint_findings_beside_the_measured_ones_and_confirms_them() {
             .all(|f| f["origin"] != "lint")
     );
 }
+
+/// `perfkit report RUN | head` and `perfkit diff A B | head`: a closed standard output is a
+/// normal end (exit 0, no panic), and the files asked for are still written.
+#[test]
+fn a_closed_stdout_ends_report_and_diff_quietly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    for (args, written) in [
+        (
+            &["report", "tuned", "--out", "r", "--format", "json"][..],
+            "r/summary.json",
+        ),
+        (&["diff", "tuned", "anti", "--out", "d"][..], "d/diff.json"),
+        (
+            &["diff", "tuned", "anti", "--format", "html", "--out", "h"][..],
+            "h/diff.html",
+        ),
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("perfkit"))
+            .current_dir(tmp.path())
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run perfkit");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(tmp.path().join(written).is_file(), "{args:?}: {written}");
+    }
+}

@@ -1,5 +1,6 @@
 //! `perfkit report TRACE|DIR`: render the reports of a recorded run.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -86,10 +87,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
     }
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
-    print!("{}", summary::terminal_table(&analysis, 15));
-    println!();
-    print!("{}", perfkit_reports::rules::terminal_findings(&findings));
-    println!();
+    // `perfkit report RUN | head`: a closed pipe ends the printing, not the run (the reports
+    // are written above; the --lint errors, --open and the exit status still follow).
+    let mut stdout = std::io::stdout().lock();
+    let mut shown = write!(
+        stdout,
+        "{}\n{}\n",
+        summary::terminal_table(&analysis, 15),
+        perfkit_reports::rules::terminal_findings(&findings)
+    );
     // As `perfkit lint`: the files that could be linted are reported, the others named, and
     // the exit status is 2.
     for error in &lint_errors {
@@ -103,8 +109,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for p in &written {
-        println!("wrote {}", p.display());
+        shown = shown.and_then(|()| writeln!(stdout, "wrote {}", p.display()));
     }
+    match shown.and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
+    drop(stdout);
     if args.open {
         let html = out.join("report.html");
         if formats.contains(&Format::Html) {
