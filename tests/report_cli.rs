@@ -97,7 +97,16 @@ fn report_defaults_to_the_run_directory_and_honours_format() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["summary.json", "summary.md", "train-1.pktrace"]);
+    // `.perfkit-run` marks the reports as perfkit's, so that the next report may replace them.
+    assert_eq!(
+        names,
+        [
+            ".perfkit-run",
+            "summary.json",
+            "summary.md",
+            "train-1.pktrace"
+        ]
+    );
 }
 
 #[test]
@@ -337,5 +346,59 @@ fn a_closed_stdout_ends_report_and_diff_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(tmp.path().join(written).is_file(), "{args:?}: {written}");
+    }
+}
+
+/// `report --out DIR` and `diff --out DIR` into a directory that holds files perfkit did not
+/// write under the names it would write: refused, naming the file, and nothing is replaced. A
+/// directory perfkit wrote its reports into is its own: reporting into it again replaces them.
+#[test]
+fn report_and_diff_never_replace_files_they_did_not_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    for (args, dir, name) in [
+        (
+            &["report", "tuned", "--out", "mine"][..],
+            "mine",
+            "report.html",
+        ),
+        (
+            &["report", "tuned", "--out", "mine-json", "--format", "json"][..],
+            "mine-json",
+            "summary.json",
+        ),
+        (
+            &["diff", "tuned", "anti", "--out", "d"][..],
+            "d",
+            "diff.json",
+        ),
+    ] {
+        let dir = tmp.path().join(dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(name), "my own file\n").expect("write");
+        let out = perfkit(tmp.path()).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(name), "{args:?}: the file is named: {err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(name)).expect("read"),
+            "my own file\n",
+            "{args:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, [name], "{args:?}: nothing else is written");
+    }
+    // Into a fresh directory, twice: the second run replaces what the first one wrote.
+    for _ in 0..2 {
+        stdout(perfkit(tmp.path()).args(["report", "tuned", "--out", "fresh"]));
+        stdout(perfkit(tmp.path()).args(["diff", "tuned", "anti", "--out", "fresh-diff"]));
+    }
+    // The default output of a run directory that holds no reports yet.
+    for _ in 0..2 {
+        stdout(perfkit(tmp.path()).args(["report", "anti", "--format", "json"]));
     }
 }

@@ -41,6 +41,18 @@ impl Format {
         Format::Chrome,
         Format::Html,
     ];
+
+    /// The files this format writes into the output directory.
+    pub fn files(self) -> &'static [&'static str] {
+        match self {
+            Format::Html => &["report.html"],
+            Format::Svg => &["flamegraph-host.svg", "flamegraph-gpu.svg"],
+            Format::Folded => &["stacks-host.folded", "stacks-gpu.folded"],
+            Format::Chrome => &["trace.chrome.json"],
+            Format::Json => &["summary.json"],
+            Format::Md => &["summary.md"],
+        }
+    }
 }
 
 impl FromStr for Format {

@@ -74,7 +74,14 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        // Never over a file perfkit did not write; the directory stays locked while it is
+        // written.
+        let mut names = vec!["diff.json", "diff.html"];
+        names.extend(flames.iter().map(|(kind, _)| match kind {
+            perfkit_reports::flame::FlameKind::Host => "diff-flamegraph-host.svg",
+            perfkit_reports::flame::FlameKind::Gpu => "diff-flamegraph-gpu.svg",
+        }));
+        let _taken = perfkit_profiler::launch::take_for_reports(dir, &names)?;
         let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
             let p = dir.join(name);
             std::fs::write(&p, data).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;

@@ -86,6 +86,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         (findings, lint_errors) =
             super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
     }
+    // Never over a file perfkit did not write; the directory stays locked while it is written.
+    let names: Vec<&str> = formats.iter().flat_map(|f| f.files()).copied().collect();
+    let _taken = perfkit_profiler::launch::take_for_reports(&out, &names)?;
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
     // `perfkit report RUN | head`: a closed pipe ends the printing, not the run (the reports
     // are written above; the --lint errors, --open and the exit status still follow).

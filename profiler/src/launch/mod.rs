@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant, SystemTime};
 
-pub use outdir::{OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, default_dir_name};
+pub use outdir::{
+    OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, ReportDir, default_dir_name,
+    take_for_reports,
+};
 pub use signals::ReceivedSignal;
 
 /// The environment variable that tells an instrumented program where to write its trace.

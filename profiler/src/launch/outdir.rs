@@ -88,6 +88,20 @@ pub enum OutputDirError {
         /// The other run's process id, when its marker names it.
         pid: Option<u32>,
     },
+    /// Files named like the reports to write are in the way, and perfkit cannot prove it
+    /// wrote them ([`take_for_reports`]).
+    #[error(
+        "`{}` already holds {}, which perfkit did not write or cannot prove it wrote (it \
+         replaces a file only in a directory that carries its `{RUN_MARKER}` marker, and never \
+         a link); move or remove these yourself, or choose another --out",
+        .dir.display(), list_files(.files)
+    )]
+    Occupied {
+        /// The output directory.
+        dir: PathBuf,
+        /// The files left alone.
+        files: Vec<PathBuf>,
+    },
     /// A file system operation failed.
     #[error("cannot prepare output directory `{}`: {source}", path.display())]
     Io {
@@ -237,6 +251,65 @@ impl OutputDir {
     pub fn summary_path(&self) -> PathBuf {
         self.root.join(SUMMARY_FILE)
     }
+}
+
+/// A directory taken by [`take_for_reports`]: marked as perfkit's, and locked (a `perfkit
+/// profile` into it is refused) until dropped.
+#[derive(Debug)]
+#[must_use = "the directory is locked only while this lives"]
+pub struct ReportDir {
+    _lock: HeldLock,
+}
+
+/// Takes `dir` (created if missing) to write the files `names` into, as `perfkit report --out`
+/// and `perfkit diff --out` do.
+///
+/// A name that is not there yet is free. One that is there is replaced only when it is a
+/// regular file (not a link) in a directory that carries perfkit's [`RUN_MARKER`]: a file of
+/// that name in a directory perfkit never marked is not provably perfkit's. Anything in the way
+/// makes it fail with [`OutputDirError::Occupied`], which names those files; the directory is
+/// then left as it was. Otherwise the directory is marked (a marker that is not perfkit's is
+/// left as it is), so that the next report into it may replace these files.
+///
+/// # Errors
+/// As above; [`OutputDirError::Locked`] while a `perfkit profile` run holds the directory, and
+/// [`OutputDirError::Io`] when it cannot be created or marked.
+pub fn take_for_reports(dir: &Path, names: &[&str]) -> Result<ReportDir, OutputDirError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let marker = dir.join(RUN_MARKER);
+    let marker_existed = std::fs::symlink_metadata(&marker).is_ok();
+    let lock = take_lock(dir)?;
+    let in_the_way: Vec<PathBuf> = names
+        .iter()
+        .map(|name| dir.join(name))
+        .filter(|path| {
+            std::fs::symlink_metadata(path).is_ok_and(|meta| !(lock.had_marker && meta.is_file()))
+        })
+        .collect();
+    if !in_the_way.is_empty() {
+        unlock(&lock.file);
+        if !marker_existed {
+            // Created only to hold the lock: a refused directory keeps no trace of perfkit.
+            let _ = std::fs::remove_file(&marker);
+        }
+        return Err(OutputDirError::Occupied {
+            dir: dir.to_path_buf(),
+            files: in_the_way,
+        });
+    }
+    let mut file = lock.file;
+    if lock.had_marker || !marker_existed {
+        file.set_len(0)
+            .and_then(|()| {
+                use std::io::{Seek as _, Write as _};
+                file.rewind()?;
+                write!(file, "{MARKER_HEADER}\npid {}\n", std::process::id())
+            })
+            .map_err(io_err(&marker))?;
+    }
+    Ok(ReportDir {
+        _lock: HeldLock(file),
+    })
 }
 
 /// The locked marker file, and whether perfkit had marked the directory before.
@@ -555,6 +628,39 @@ mod tests {
             !dir.join(RUN_MARKER).exists(),
             "a refused directory is left unmarked"
         );
+    }
+
+    #[test]
+    fn reports_go_only_where_nothing_of_someone_else_is_in_the_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A fresh directory is taken and marked; while taken, a run into it is refused.
+        let dir = tmp.path().join("fresh");
+        let taken = take_for_reports(&dir, &["report.html"]).unwrap();
+        let err = OutputDir::prepare(Some(&dir), OsStr::new("x"), true).unwrap_err();
+        assert!(matches!(err, OutputDirError::Locked { .. }), "{err}");
+        std::fs::write(dir.join("report.html"), b"perfkit's").unwrap();
+        drop(taken);
+        // Marked: the report perfkit wrote may be replaced.
+        drop(take_for_reports(&dir, &["report.html"]).unwrap());
+        // A link is never replaced, not even in a marked directory.
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("elsewhere.html", dir.join("summary.md")).unwrap();
+            let err = take_for_reports(&dir, &["report.html", "summary.md"]).unwrap_err();
+            assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
+            assert!(err.to_string().contains("summary.md"), "{err}");
+            assert!(!err.to_string().contains("report.html"), "{err}");
+        }
+        // A `.perfkit-run` that perfkit did not write proves nothing and is left as it is.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join(RUN_MARKER), b"notes\n").unwrap();
+        std::fs::write(other.join("diff.json"), b"{}").unwrap();
+        let err = take_for_reports(&other, &["diff.json"]).unwrap_err();
+        assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
+        drop(take_for_reports(&other, &["diff.html"]).unwrap());
+        assert_eq!(std::fs::read(other.join(RUN_MARKER)).unwrap(), b"notes\n");
+        assert_eq!(std::fs::read(other.join("diff.json")).unwrap(), b"{}");
     }
 
     #[test]
