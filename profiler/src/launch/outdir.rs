@@ -45,6 +45,29 @@ pub const REPORT_FILES: [&str; 8] = [
     "report.html",
 ];
 
+/// Every name perfkit writes into a directory it marks with [`RUN_MARKER`]: the reports of a
+/// run ([`REPORT_FILES`]), those of `perfkit diff --out` and those of `perfkit demo`. A marker
+/// vouches for the files under these names, so it is written only into a directory that holds
+/// none of them yet (see [`take_for_reports`]).
+pub const MARKED_FILES: [&str; 16] = [
+    SUMMARY_FILE,
+    "summary.md",
+    "stacks-host.folded",
+    "stacks-gpu.folded",
+    "flamegraph-host.svg",
+    "flamegraph-gpu.svg",
+    "trace.chrome.json",
+    "report.html",
+    "diff.json",
+    "diff.html",
+    "diff-flamegraph-host.svg",
+    "diff-flamegraph-gpu.svg",
+    "diff.txt",
+    "lint.txt",
+    "lint.sarif",
+    "train.log",
+];
+
 /// The first line of [`RUN_MARKER`].
 const MARKER_HEADER: &str = "perfkit run directory";
 
@@ -261,15 +284,17 @@ pub struct ReportDir {
     _lock: HeldLock,
 }
 
-/// Takes `dir` (created if missing) to write the files `names` into, as `perfkit report --out`
-/// and `perfkit diff --out` do.
+/// Takes `dir` (created if missing) to write the files `names` (some of [`MARKED_FILES`])
+/// into, as `perfkit report --out` and `perfkit diff --out` do.
 ///
 /// A name that is not there yet is free. One that is there is replaced only when it is a
 /// regular file (not a link) in a directory that carries perfkit's [`RUN_MARKER`]: a file of
-/// that name in a directory perfkit never marked is not provably perfkit's. Anything in the way
-/// makes it fail with [`OutputDirError::Occupied`], which names those files; the directory is
-/// then left as it was. Otherwise the directory is marked (a marker that is not perfkit's is
-/// left as it is), so that the next report into it may replace these files.
+/// that name in a directory perfkit never marked is not provably perfkit's. A directory not
+/// marked yet is marked only when it holds nothing under any of [`MARKED_FILES`], since the
+/// marker vouches for all of them. Anything in the way makes it fail with
+/// [`OutputDirError::Occupied`], which names those files; the directory is then left as it
+/// was. Otherwise the directory is marked (a marker that is not perfkit's is left as it is:
+/// then nothing in it is ever replaced).
 ///
 /// # Errors
 /// As above; [`OutputDirError::Locked`] while a `perfkit profile` run holds the directory, and
@@ -279,13 +304,7 @@ pub fn take_for_reports(dir: &Path, names: &[&str]) -> Result<ReportDir, OutputD
     let marker = dir.join(RUN_MARKER);
     let marker_existed = std::fs::symlink_metadata(&marker).is_ok();
     let lock = take_lock(dir)?;
-    let in_the_way: Vec<PathBuf> = names
-        .iter()
-        .map(|name| dir.join(name))
-        .filter(|path| {
-            std::fs::symlink_metadata(path).is_ok_and(|meta| !(lock.had_marker && meta.is_file()))
-        })
-        .collect();
+    let in_the_way = in_the_way(dir, names, lock.had_marker);
     if !in_the_way.is_empty() {
         unlock(&lock.file);
         if !marker_existed {
@@ -310,6 +329,39 @@ pub fn take_for_reports(dir: &Path, names: &[&str]) -> Result<ReportDir, OutputD
     Ok(ReportDir {
         _lock: HeldLock(file),
     })
+}
+
+/// What [`take_for_reports`] would refuse, without creating, marking or locking anything: for
+/// a command that writes into several directories and checks them all before it starts.
+///
+/// # Errors
+/// [`OutputDirError::Occupied`], naming the files in the way.
+pub fn check_for_reports(dir: &Path, names: &[&str]) -> Result<(), OutputDirError> {
+    let marked = std::fs::read_to_string(dir.join(RUN_MARKER))
+        .is_ok_and(|text| text.lines().next() == Some(MARKER_HEADER));
+    let files = in_the_way(dir, names, marked);
+    if files.is_empty() {
+        Ok(())
+    } else {
+        Err(OutputDirError::Occupied {
+            dir: dir.to_path_buf(),
+            files,
+        })
+    }
+}
+
+/// The files under `names` (all of [`MARKED_FILES`] in a directory not marked yet) that
+/// perfkit cannot prove it wrote.
+fn in_the_way(dir: &Path, names: &[&str], marked: bool) -> Vec<PathBuf> {
+    debug_assert!(names.iter().all(|n| MARKED_FILES.contains(n)), "{names:?}");
+    let checked: &[&str] = if marked { names } else { &MARKED_FILES };
+    checked
+        .iter()
+        .map(|name| dir.join(name))
+        .filter(|path| {
+            std::fs::symlink_metadata(path).is_ok_and(|meta| !(marked && meta.is_file()))
+        })
+        .collect()
 }
 
 /// The locked marker file, and whether perfkit had marked the directory before.
@@ -658,7 +710,16 @@ mod tests {
         std::fs::write(other.join("diff.json"), b"{}").unwrap();
         let err = take_for_reports(&other, &["diff.json"]).unwrap_err();
         assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
-        drop(take_for_reports(&other, &["diff.html"]).unwrap());
+        let err = take_for_reports(&other, &["diff.html"]).unwrap_err();
+        assert!(
+            err.to_string().contains("diff.json"),
+            "an unmarked directory is marked only when it holds none of perfkit's names: {err}"
+        );
+        std::fs::rename(other.join("diff.json"), other.join("mine.json")).unwrap();
+        drop(take_for_reports(&other, &["diff.json"]).unwrap());
+        std::fs::write(other.join("diff.json"), b"{}").unwrap();
+        let err = take_for_reports(&other, &["diff.json"]).unwrap_err();
+        assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
         assert_eq!(std::fs::read(other.join(RUN_MARKER)).unwrap(), b"notes\n");
         assert_eq!(std::fs::read(other.join("diff.json")).unwrap(), b"{}");
     }
