@@ -469,6 +469,22 @@ fn missing_or_unexecutable_program_follows_shell_exit_codes() {
         .stderr(predicates::str::contains("not-executable.sh"));
 }
 
+/// An option `perfkit profile` does not have, before the program: a usage error (exit 2)
+/// naming the option, not "program not found" (127), and nothing is written.
+#[test]
+fn an_unknown_option_is_a_usage_error_not_a_missing_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    Cmd::new(PERFKIT)
+        .args(["profile", "--out"])
+        .arg(&run)
+        .args(["--step-span", "train_step", "--", "true"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("unknown option `--step-span`"));
+    assert!(!run.exists(), "nothing is written");
+}
+
 #[test]
 fn default_output_dir_and_reuse_of_out() {
     let tmp = tempfile::tempdir().unwrap();

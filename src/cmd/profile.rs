@@ -111,6 +111,16 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             "no PROGRAM given: usage is `perfkit profile [--out DIR] -- PROGRAM [ARGS...]`"
         );
     };
+    // `perfkit profile --bogus -- ./train`: clap hands an unknown option on as the program.
+    if program.as_encoded_bytes().starts_with(b"-") {
+        anyhow::bail!(
+            "unknown option `{}` for `perfkit profile` (see `perfkit profile --help`; the \
+             usage is `perfkit profile [OPTIONS] -- PROGRAM [ARGS...]`, and a program whose \
+             name starts with `-` is given as `./{}`)",
+            program.to_string_lossy(),
+            program.to_string_lossy()
+        );
+    }
     let out = OutputDir::prepare(args.options.out.as_deref(), program, args.options.force)?;
     let mut spec = LaunchSpec::new(program.clone(), program_args.to_vec(), out.trace_dir());
     let no_capture = match injection_env(&args, program) {
