@@ -402,3 +402,34 @@ fn report_and_diff_never_replace_files_they_did_not_write() {
         stdout(perfkit(tmp.path()).args(["report", "anti", "--format", "json"]));
     }
 }
+
+/// A run with GPU work against one without (the same trainer on a CPU): the GPU differential
+/// flamegraph has one side only, and `diff --out` / `--format html` still write everything.
+#[test]
+fn diff_of_a_gpu_run_and_a_cpu_run_writes_its_flamegraphs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "gpu", &Workload::tuned());
+    let cpu = tmp.path().join("cpu");
+    std::fs::create_dir_all(&cpu).expect("dir");
+    let mut s = synth::Synth::new(Vec::new(), "train", 2, None, 1_700_000_000_000_000_000);
+    s.thread(0, "main");
+    for step in 0..20 {
+        s.enter(0, "step", Some(step));
+        s.work(1_000_000);
+        s.exit(0);
+    }
+    std::fs::write(cpu.join("train-2.pktrace"), s.finish(false)).expect("trace");
+    for (base, new) in [("gpu", "cpu"), ("cpu", "gpu")] {
+        let out = format!("d-{base}-{new}");
+        stdout(perfkit(tmp.path()).args(["diff", base, new, "--out", &out]));
+        for name in [
+            "diff.html",
+            "diff-flamegraph-host.svg",
+            "diff-flamegraph-gpu.svg",
+        ] {
+            assert!(tmp.path().join(&out).join(name).is_file(), "{out}/{name}");
+        }
+        let html = stdout(perfkit(tmp.path()).args(["diff", base, new, "--format", "html"]));
+        assert!(html.contains("</html>"), "{base} -> {new}");
+    }
+}

@@ -167,6 +167,11 @@ pub fn write_differential_svg(
 ) -> Result<()> {
     let (fitted, title) = fit_for_inferno(&[base, new], title);
     let title = title.as_str();
+    if fitted[1].is_empty() {
+        // The shape is the new run's, and it has none (inferno refuses empty input): a run
+        // without GPU work against one with it.
+        return render_lines(&[], &format!("{title} (the new run has none)"), "ns", w);
+    }
     let mut before = Vec::new();
     let mut after = Vec::new();
     write_folded(&fitted[0], &mut before).map_err(|e| flame_err(title, e))?;
