@@ -314,6 +314,32 @@ fn check_fails_on_an_incomplete_candidate_unless_allowed() {
         .arg(&cut));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+    // The verdict itself says that it rests on a partial run, and so does the pull request.
+    assert!(
+        stdout.contains("perfkit check: PASS (with an incomplete run: --allow-incomplete)"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args([
+            "check",
+            "--allow-incomplete",
+            "--format",
+            "github",
+            "--max-regression",
+            "1000%",
+            "--baseline",
+        ])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("::warning title=perfkit check::candidate run incomplete")),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -469,6 +469,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut failed = false;
     let mut errors = false;
+    // An incomplete run compared anyway (--allow-incomplete): the verdict says so.
+    let mut compared_incomplete = false;
     let mut md = String::from("## perfkit check\n\n");
 
     // Lint gate.
@@ -572,10 +574,17 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     run.incomplete.join("; ")
                 );
                 writeln!(out, "{line}")?;
-                if !args.allow_incomplete && args.format == CheckFormat::Github {
+                compared_incomplete |= args.allow_incomplete;
+                if args.format == CheckFormat::Github {
+                    // Allowed or not, the pull request hears of it.
+                    let level = if args.allow_incomplete {
+                        "warning"
+                    } else {
+                        "error"
+                    };
                     writeln!(
                         out,
-                        "::error title=perfkit check::{}",
+                        "::{level} title=perfkit check::{}",
                         output::github::escape_data(&line)
                     )?;
                 }
@@ -687,6 +696,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         "ERROR"
     } else if failed {
         "FAIL"
+    } else if compared_incomplete {
+        // A pass that rests on a partial run says so.
+        "PASS (with an incomplete run: --allow-incomplete)"
     } else {
         "PASS"
     };
