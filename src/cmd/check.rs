@@ -92,6 +92,10 @@ pub struct CheckArgs {
     /// default `perfkit-out/check`).
     #[arg(long, value_name = "DIR", requires = "repeat")]
     out: Option<PathBuf>,
+    /// With `--repeat`: replace the runs of an earlier check in --out DIR (only files perfkit
+    /// can prove it wrote, as `perfkit profile --force`)
+    #[arg(long, requires = "repeat")]
+    force: bool,
     /// With `--repeat`: the candidate program and the arguments both programs get.
     #[arg(
         value_name = "PROGRAM",
@@ -745,8 +749,13 @@ fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<Pa
                 Path::new(prog).display(),
                 dir.display()
             );
-            let status = std::process::Command::new(&exe)
-                .args(["profile", "--quiet", "--no-lint", "--out"])
+            let mut profile = std::process::Command::new(&exe);
+            profile.args(["profile", "--quiet", "--no-lint"]);
+            if args.force {
+                profile.arg("--force");
+            }
+            let status = profile
+                .arg("--out")
                 .arg(&dir)
                 .arg("--")
                 .arg(prog)
@@ -756,7 +765,7 @@ fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<Pa
                 .with_context(|| format!("cannot run {}", exe.display()))?;
             if !status.success() {
                 bail!(
-                    "--repeat: the {which} run {i} ({}) failed: {status} (its output and trace are in {})",
+                    "--repeat: the {which} run {i} ({}) failed: {status} (its errors are above; its trace and summary, if it got that far, are in {})",
                     Path::new(prog).display(),
                     dir.display()
                 );
