@@ -184,7 +184,11 @@ pub(crate) fn discover_table<T: ConfigTable>(
     } else {
         start
     };
-    let start = std::path::absolute(start).unwrap_or_else(|_| start.to_path_buf());
+    // The real path: `std::path::absolute` keeps `..`, so that the ancestors of `../run` would
+    // pass through the current directory, which is not above the run.
+    let start = std::fs::canonicalize(start)
+        .or_else(|_| std::path::absolute(start))
+        .unwrap_or_else(|_| start.to_path_buf());
     for dir in start.ancestors() {
         let toml_file = dir.join("perfkit.toml");
         if toml_file.is_file() {

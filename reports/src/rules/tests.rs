@@ -154,6 +154,20 @@ fn discover_finds_the_nearest_perfkit_toml() {
     );
 }
 
+/// `perfkit report ../run` from a directory with its own perfkit.toml: `..` is a step up from
+/// the current directory, not from the run, so that file is not above the run and not used.
+#[test]
+fn discover_walks_up_the_real_path_not_through_dot_dot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let here = dir.path().join("here");
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&here).expect("mkdir");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    std::fs::write(here.join("perfkit.toml"), "[profile]\nmin-share = 0.3\n").expect("write");
+    let found = ProfileConfig::discover(&here.join("..").join("run")).expect("discover");
+    assert_eq!(found, ProfileConfig::default());
+}
+
 #[test]
 fn every_runtime_rule_is_listed_once_with_help() {
     let mut codes: Vec<&str> = RULES.iter().map(|r| r.code).collect();
