@@ -383,3 +383,17 @@ fn demo_never_replaces_files_it_did_not_write() {
         }
     }
 }
+
+/// `perfkit demo --steps 0` would measure nothing and print it as measured costs (`+0 ns`): a
+/// usage error naming the flag, before anything runs.
+#[test]
+fn demo_without_steps_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    perfkit()
+        .current_dir(dir.path())
+        .args(["demo", "--device", "cpu", "--steps", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--steps"));
+    assert!(!dir.path().join("perfkit-out").exists(), "nothing written");
+}

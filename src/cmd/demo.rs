@@ -48,7 +48,12 @@ pub struct DemoArgs {
     #[arg(long, value_enum, default_value_t = DemoDevice::Auto)]
     device: DemoDevice,
     /// Optimizer steps of each run.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     steps: u64,
     /// Run the trainer in this process (what the demo's children do).
     #[arg(long, hide = true)]
