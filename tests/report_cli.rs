@@ -433,3 +433,24 @@ fn diff_of_a_gpu_run_and_a_cpu_run_writes_its_flamegraphs() {
         assert!(html.contains("</html>"), "{base} -> {new}");
     }
 }
+
+/// A summary.json copied away from its run (a CI baseline) is named as given: `diff` does not
+/// show the directory it was recorded in, which it never read.
+#[test]
+fn diff_names_a_summary_by_the_path_given() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "tuned", "--format", "json"]));
+    std::fs::create_dir_all(tmp.path().join("ci")).expect("dir");
+    std::fs::copy(
+        tmp.path().join("tuned/summary.json"),
+        tmp.path().join("ci/baseline.json"),
+    )
+    .expect("copy");
+    std::fs::remove_dir_all(tmp.path().join("tuned")).expect("remove the run");
+    let text = stdout(perfkit(tmp.path()).args(["diff", "ci/baseline.json", "ci/baseline.json"]));
+    assert!(
+        text.starts_with("base: ci/baseline.json\nnew:  ci/baseline.json\n"),
+        "{text}"
+    );
+}

@@ -46,7 +46,8 @@ impl Run {
                     incomplete.push("a trace was cut short".to_owned());
                 }
                 Ok(Self {
-                    source: a.source.clone(),
+                    // The file given, not the traces it was made from: those were not read.
+                    source: path.display().to_string(),
                     processes: a.processes.clone(),
                     incomplete,
                 })
