@@ -454,3 +454,38 @@ fn diff_names_a_summary_by_the_path_given() {
         "{text}"
     );
 }
+
+/// A base run whose median step is 0 ns (steps that record no time): the change is no
+/// percentage, so the text says `from 0` and the JSON leaves `change` out, as it does for
+/// every other figure, instead of claiming `+0.0 %`.
+#[test]
+fn a_step_change_from_zero_is_not_a_percentage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trace = |name: &str, step_ns: u64| {
+        let mut s = synth::Synth::new(Vec::new(), "train", 4, None, 1_700_000_000_000_000_000);
+        s.thread(0, "main");
+        for step in 0..10 {
+            s.enter(0, "step", Some(step));
+            s.work(step_ns);
+            s.exit(0);
+            s.work(1_000);
+        }
+        std::fs::write(tmp.path().join(name), s.finish(false)).expect("trace");
+    };
+    trace("zero.pktrace", 0);
+    trace("ms.pktrace", 1_000_000);
+    let text = stdout(perfkit(tmp.path()).args(["diff", "zero.pktrace", "ms.pktrace"]));
+    let headline = text.lines().nth(2).expect("headline");
+    assert!(headline.contains("from 0"), "{headline}");
+    assert!(!headline.contains("+0.0 %"), "{headline}");
+    let json: Value = serde_json::from_str(&stdout(perfkit(tmp.path()).args([
+        "diff",
+        "zero.pktrace",
+        "ms.pktrace",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    assert_eq!(json["steps"]["base_median_ns"], 0);
+    assert!(json["steps"].get("change").is_none(), "{}", json["steps"]);
+}

@@ -143,8 +143,9 @@ pub struct StepDelta {
     pub new_median_ns: u64,
     /// `new - base`.
     pub delta_ns: i64,
-    /// `new / base - 1`.
-    pub change: f64,
+    /// `new / base - 1`; absent when the base median is 0 (no ratio to give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<f64>,
     /// The change that run-to-run variation could explain: the noise floor of `perfkit check`
     /// (one run per side: `noise-floor` of `[check]`, default 50 % of the base median), or
     /// [`NOISE_SIGMAS`] standard errors of the difference of the medians from each run's
@@ -377,11 +378,8 @@ pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> D
                 base_median_ns: db.median_ns,
                 new_median_ns: dn.median_ns,
                 delta_ns: delta,
-                change: if db.median_ns > 0 {
-                    round3(dn.median_ns as f64 / db.median_ns as f64 - 1.0)
-                } else {
-                    0.0
-                },
+                change: (db.median_ns > 0)
+                    .then(|| round3(dn.median_ns as f64 / db.median_ns as f64 - 1.0)),
                 noise_ns: noise,
                 verdict: verdict.to_owned(),
                 evidence: cmp.reason,
@@ -546,7 +544,7 @@ impl DiffReport {
                 format::duration(s.base_median_ns),
                 format::duration(s.new_median_ns),
                 format::signed_duration(i128::from(s.delta_ns)),
-                format::signed_percent(s.change),
+                s.change.map_or("from 0".to_owned(), format::signed_percent),
                 s.verdict,
                 format::duration(s.noise_ns)
             ),
