@@ -741,3 +741,29 @@ fn no_lint_lints_nothing() {
         "{findings:?}"
     );
 }
+
+/// `--lint PATH` with a program that records nothing (not instrumented, no CUDA to capture):
+/// the lint findings are still shown, and a path that cannot be linted is still named; they
+/// were passed over without a word.
+#[test]
+fn lint_findings_are_shown_for_an_uninstrumented_program_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/lint/pk101-host-readback-in-step-loop");
+    let out = Cmd::new(PERFKIT)
+        .args(["profile", "--no-inject", "--out"])
+        .arg(tmp.path().join("run"))
+        .arg("--lint")
+        .arg(&fixture)
+        .arg("--lint")
+        .arg(tmp.path().join("missing.rs"))
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("PK101"), "{stderr}");
+    assert!(
+        stderr.contains("perfkit: error: --lint: ") && stderr.contains("missing.rs"),
+        "{stderr}"
+    );
+}
