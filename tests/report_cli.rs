@@ -489,3 +489,58 @@ fn a_step_change_from_zero_is_not_a_percentage() {
     assert_eq!(json["steps"]["base_median_ns"], 0);
     assert!(json["steps"].get("change").is_none(), "{}", json["steps"]);
 }
+
+/// A run whose recorder dropped events undercounts every figure: `diff` and `check` say so
+/// (a per-step readback lost to a full queue must not pass the gate unremarked).
+#[test]
+fn diff_and_check_say_when_a_run_dropped_events() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trace = |name: &str, dropped: u64| {
+        let mut s = synth::Synth::new(Vec::new(), "train", 5, None, 1_700_000_000_000_000_000);
+        s.thread(0, "main");
+        for step in 0..10 {
+            s.enter(0, "step", Some(step));
+            s.work(1_000_000);
+            s.exit(0);
+        }
+        if dropped > 0 {
+            s.dropped(dropped);
+        }
+        std::fs::write(tmp.path().join(name), s.finish(false)).expect("trace");
+    };
+    trace("base.pktrace", 0);
+    trace("lossy.pktrace", 4321);
+    let text = stdout(perfkit(tmp.path()).args(["diff", "base.pktrace", "lossy.pktrace"]));
+    assert!(
+        text.contains("new run UNDERCOUNTS: the recorder dropped 4321 events"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&stdout(perfkit(tmp.path()).args([
+        "diff",
+        "base.pktrace",
+        "lossy.pktrace",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    assert_eq!(json["new_dropped_events"], 4321);
+    assert!(json.get("base_dropped_events").is_none(), "{json}");
+    let out = perfkit(tmp.path())
+        .args([
+            "check",
+            "--format",
+            "github",
+            "--baseline",
+            "base.pktrace",
+            "--candidate",
+            "lossy.pktrace",
+        ])
+        .output()
+        .expect("check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("::warning title=perfkit check::candidate run undercounts: the recorder dropped 4321 events")),
+        "{text}"
+    );
+}

@@ -114,6 +114,16 @@ pub struct DiffReport {
     /// Why the new run is incomplete (empty when complete).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_incomplete: Vec<String>,
+    /// Events the base run's recorder dropped (its figures undercount); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub base_dropped_events: u64,
+    /// Events the new run's recorder dropped (its figures undercount); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub new_dropped_events: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl DiffReport {
@@ -126,7 +136,33 @@ impl DiffReport {
         .into_iter()
         .filter(|(_, reasons)| !reasons.is_empty())
         .map(|(which, reasons)| format!("{which} run INCOMPLETE: {}", reasons.join("; ")))
+        .chain(
+            [
+                ("base", self.base_dropped_events),
+                ("new", self.new_dropped_events),
+            ]
+            .into_iter()
+            .filter(|(_, dropped)| *dropped > 0)
+            .map(|(which, dropped)| format!("{which} run UNDERCOUNTS: {}", dropped_line(dropped))),
+        )
         .collect()
+    }
+}
+
+/// Why a run's figures undercount, when its recorder dropped `dropped` events.
+pub fn dropped_line(dropped: u64) -> String {
+    format!(
+        "the recorder dropped {dropped} event{} (its queue was full), so its figures undercount",
+        if dropped == 1 { "" } else { "s" }
+    )
+}
+
+impl Run {
+    /// Events the run's recorders dropped, over all its processes.
+    pub fn dropped_events(&self) -> u64 {
+        self.processes
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.dropped_events))
     }
 }
 
@@ -507,6 +543,8 @@ pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> D
         new: new.source.clone(),
         base_incomplete: base.incomplete.clone(),
         new_incomplete: new.incomplete.clone(),
+        base_dropped_events: base.dropped_events(),
+        new_dropped_events: new.dropped_events(),
         steps,
         operations,
         spans: pair(

@@ -594,6 +594,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 }
                 let _ = writeln!(md, "**{name} incomplete**: {}\n", run.incomplete.join("; "));
             }
+            // Dropped records: the counters and times undercount. Said, not failed.
+            for run in runs.iter().filter(|r| r.dropped_events() > 0) {
+                let name = if runs.len() > 1 {
+                    format!("{which} run {}", run.source)
+                } else {
+                    format!("{which} run")
+                };
+                let reason = perfkit_reports::diff::dropped_line(run.dropped_events());
+                let line = format!("{name} undercounts: {reason}");
+                writeln!(out, "{line}")?;
+                if args.format == CheckFormat::Github {
+                    writeln!(
+                        out,
+                        "::warning title=perfkit check::{}",
+                        output::github::escape_data(&line)
+                    )?;
+                }
+                let _ = writeln!(md, "**{name} undercounts**: {reason}\n");
+            }
         }
 
         // Counters first: they do not depend on the machine.
