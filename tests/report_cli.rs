@@ -206,6 +206,23 @@ fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
     assert!(v["analysis"]["processes"].is_array());
     let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
     assert!(md.contains("exit code 3"), "{md}");
+    // With another step span the steps are counted anew, and how the program ended is kept.
+    stdout(perfkit(tmp.path()).args([
+        "report",
+        "run",
+        "--format",
+        "json",
+        "--step-span",
+        "forward",
+    ]));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    assert_eq!(
+        v["run"]["exit"]["description"], "exit code 3",
+        "{}",
+        v["run"]
+    );
+    assert_eq!(v["steps"]["span"], "forward", "{}", v["steps"]);
 }
 
 /// Source of a candle training loop whose per-step readback sits at line 72, the line the

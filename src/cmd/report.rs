@@ -63,12 +63,18 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
-    // A summary written by `perfkit profile` knows how the program ended: keep its core.
-    if args.step_span.is_none()
-        && let Ok(previous) = perfkit_reports::Summary::load(&out.join("summary.json"))
+    // A summary written by `perfkit profile` knows how the program ended: keep its core, or,
+    // with another step span, the steps counted anew and the rest of the run as it was.
+    if let Ok(previous) = perfkit_reports::Summary::load(&out.join("summary.json"))
         && previous.core.run.exit.is_some()
     {
-        render_options.core = Some(previous.core);
+        render_options.core = Some(if args.step_span.is_none() {
+            previous.core
+        } else {
+            let mut core = perfkit_reports::Summary::core_of(&analysis)?;
+            core.run = previous.core.run;
+            core
+        });
     }
     render_options.html.title = format!("perfkit report: {}", title_of(&analysis));
     render_options.html.created = created_now();
