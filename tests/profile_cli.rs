@@ -467,6 +467,21 @@ fn missing_or_unexecutable_program_follows_shell_exit_codes() {
         .code(126)
         .stderr(predicates::str::contains("cannot execute"))
         .stderr(predicates::str::contains("not-executable.sh"));
+    // A script whose interpreter is missing is there: 127 as in a shell, but not "not found".
+    let script = tmp.path().join("bad-interpreter.sh");
+    std::fs::write(&script, "#!/perfkit-test/no-such-interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Cmd::new(PERFKIT)
+        .args(["profile", "--out"])
+        .arg(tmp.path().join("run3"))
+        .arg("--")
+        .arg(&script)
+        .assert()
+        .code(127)
+        .stderr(predicates::str::contains("bad-interpreter.sh"))
+        .stderr(predicates::str::contains("interpreter"));
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(!err.contains("program not found"), "{err}");
 }
 
 /// An option `perfkit profile` does not have, before the program: a usage error (exit 2)
