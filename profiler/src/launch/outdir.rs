@@ -214,9 +214,19 @@ impl OutputDir {
         };
         // The program may change its working directory: hand it an absolute path.
         let root = std::path::absolute(&root).map_err(io_err(&root))?;
+        let marker_existed = std::fs::symlink_metadata(root.join(RUN_MARKER)).is_ok();
         let lock = take_lock(&root)?;
+        if marker_existed && !lock.had_marker && !lock.empty {
+            // A file of the marker's name that perfkit did not write: neither removed nor
+            // written over.
+            unlock(&lock.file);
+            return Err(OutputDirError::NotOurs {
+                dir: root.clone(),
+                files: vec![root.join(RUN_MARKER)],
+            });
+        }
         if let Err(err) = clear_previous_run(&root, force, lock.had_marker) {
-            if !lock.had_marker {
+            if !lock.had_marker && (!marker_existed || lock.empty) {
                 // The marker was created only to hold the lock: a refused directory keeps
                 // no trace of perfkit.
                 let _ = std::fs::remove_file(root.join(RUN_MARKER));
@@ -368,6 +378,8 @@ fn in_the_way(dir: &Path, names: &[&str], marked: bool) -> Vec<PathBuf> {
 struct Lock {
     file: File,
     had_marker: bool,
+    /// The file is empty: one perfkit created and was stopped before writing (or just now).
+    empty: bool,
 }
 
 /// Opens (or creates) the run marker and takes an exclusive lock on it, without waiting.
@@ -395,6 +407,7 @@ fn take_lock(root: &Path) -> Result<Lock, OutputDirError> {
     Ok(Lock {
         file,
         had_marker: text.lines().next() == Some(MARKER_HEADER),
+        empty: text.is_empty(),
     })
 }
 
@@ -680,6 +693,25 @@ mod tests {
             !dir.join(RUN_MARKER).exists(),
             "a refused directory is left unmarked"
         );
+    }
+
+    #[test]
+    fn a_run_marker_name_perfkit_did_not_write_is_never_removed_or_rewritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join(RUN_MARKER), b"my notes\n").unwrap();
+        std::fs::write(dir.join("report.html"), b"my own report").unwrap();
+        // Refused, naming it, and the file of the marker's name is left as it was.
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), true).unwrap_err();
+        assert!(err.to_string().contains(RUN_MARKER), "{err}");
+        assert!(dir.join("report.html").exists());
+        assert_eq!(std::fs::read(dir.join(RUN_MARKER)).unwrap(), b"my notes\n");
+        // Nothing else in the way: still refused, naming it, rather than written over.
+        std::fs::remove_file(dir.join("report.html")).unwrap();
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), false).unwrap_err();
+        assert!(matches!(err, OutputDirError::NotOurs { .. }), "{err}");
+        assert!(err.to_string().contains(RUN_MARKER), "{err}");
+        assert_eq!(std::fs::read(dir.join(RUN_MARKER)).unwrap(), b"my notes\n");
     }
 
     #[test]
