@@ -354,6 +354,16 @@ fn check_fails_on_a_candidate_ended_by_sigint() {
         Some("kill -INT $$"),
     );
     assert_eq!(code, 130, "{stderr}");
+    // Its trace is whole, but the run is not: the reports of the run say so too (summary.md
+    // goes into pull requests), not only summary.json.
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("the program was ended by SIGINT"), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("the program was ended by SIGINT"),
+        "report.html"
+    );
+    assert!(html.contains("\"complete\":false"), "report.html");
     let (code, stdout, stderr) = run(perfkit()
         .env_remove("GITHUB_STEP_SUMMARY")
         .args(["check", "--max-regression", "1000%", "--baseline"])

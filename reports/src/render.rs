@@ -212,9 +212,14 @@ fn write_others(
             }
             Format::Html => {
                 let p = out_dir.join("report.html");
+                // How the program ended is known from the run's summary, not from its traces.
+                let mut html_options = options.html.clone();
+                if let Some(core) = &options.core {
+                    html_options.run_incomplete = core.run.incomplete_reasons.clone();
+                }
                 write_file(
                     &p,
-                    html::render(analysis, findings, &options.html).as_bytes(),
+                    html::render(analysis, findings, &html_options).as_bytes(),
                 )?;
                 written.push((*format, p));
             }

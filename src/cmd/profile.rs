@@ -360,6 +360,8 @@ fn write_reports(
     let findings = with_lint(lint_paths, runtime);
     let mut options = RenderOptions::default();
     options.html.title = format!("perfkit report: {}", program.to_string_lossy());
+    // How the program ended (exit status, signal), for summary.md and report.html as well.
+    options.core = Some(summary.clone());
     let others: Vec<Format> = Format::ALL
         .into_iter()
         .filter(|f| *f != Format::Json)
