@@ -774,6 +774,33 @@ fn repeat_records_interleaved_runs_of_both_programs_and_compares_them() {
     for run in ["baseline-1", "candidate-1", "baseline-2", "candidate-2"] {
         assert!(out.join(run).join("summary.json").is_file(), "{run}");
     }
+    // Again into the same --out: refused (the runs are kept), naming the flag that replaces
+    // them, and that flag does.
+    let again = |force: bool| {
+        let mut c = perfkit();
+        c.args(["check", "--repeat", "1", "--out"]).arg(&out);
+        if force {
+            c.arg("--force");
+        }
+        c.arg("--baseline-program")
+            .arg(&perfkit_exe)
+            .arg("--")
+            .arg(&perfkit_exe)
+            .args(["demo", "--run-trainer", "--device", "cpu", "--steps", "2"])
+            .output()
+            .expect("run check")
+    };
+    let refused = again(false);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("pass --force"), "{err}");
+    let replaced = again(true);
+    assert_ne!(
+        replaced.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&replaced.stderr)
+    );
     // A failing program is an error that names the run.
     perfkit()
         .args(["check", "--repeat", "1", "--out"])

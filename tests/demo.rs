@@ -349,3 +349,51 @@ fn ci_doc_commands_work_as_written() {
     );
     assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
+
+/// `perfkit demo --out DIR` never writes over a file it did not write: `lint.sarif` of your
+/// own in DIR, or a `report.html` of your own in `DIR/tuned/`, stops it before any run, and
+/// the file is named and left as it was.
+#[test]
+fn demo_never_replaces_files_it_did_not_write() {
+    for (file, other) in [("lint.sarif", "tuned"), ("tuned/report.html", "lint.sarif")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mine = dir.path().join("out").join(file);
+        std::fs::create_dir_all(mine.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&mine, "my own file\n").expect("write");
+        let out = perfkit()
+            .current_dir(root())
+            .args(["demo", "--device", "cpu", "--steps", "2", "--out"])
+            .arg(dir.path().join("out"))
+            .output()
+            .expect("run demo");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(err.contains(file), "{file}: the file is named: {err}");
+        assert!(!err.contains("profiling"), "{file}: nothing ran: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&mine).expect("read"),
+            "my own file\n",
+            "{file}"
+        );
+        for other in [other, ".perfkit-run"] {
+            assert!(
+                !dir.path().join("out").join(other).exists(),
+                "{file}: nothing else written, {other}"
+            );
+        }
+    }
+}
+
+/// `perfkit demo --steps 0` would measure nothing and print it as measured costs (`+0 ns`): a
+/// usage error naming the flag, before anything runs.
+#[test]
+fn demo_without_steps_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    perfkit()
+        .current_dir(dir.path())
+        .args(["demo", "--device", "cpu", "--steps", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--steps"));
+    assert!(!dir.path().join("perfkit-out").exists(), "nothing written");
+}

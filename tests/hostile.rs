@@ -314,6 +314,32 @@ fn check_fails_on_an_incomplete_candidate_unless_allowed() {
         .arg(&cut));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("candidate run incomplete"), "{stdout}");
+    // The verdict itself says that it rests on a partial run, and so does the pull request.
+    assert!(
+        stdout.contains("perfkit check: PASS (with an incomplete run: --allow-incomplete)"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run(perfkit()
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args([
+            "check",
+            "--allow-incomplete",
+            "--format",
+            "github",
+            "--max-regression",
+            "1000%",
+            "--baseline",
+        ])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&cut));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("::warning title=perfkit check::candidate run incomplete")),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -328,6 +354,16 @@ fn check_fails_on_a_candidate_ended_by_sigint() {
         Some("kill -INT $$"),
     );
     assert_eq!(code, 130, "{stderr}");
+    // Its trace is whole, but the run is not: the reports of the run say so too (summary.md
+    // goes into pull requests), not only summary.json.
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("the program was ended by SIGINT"), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("the program was ended by SIGINT"),
+        "report.html"
+    );
+    assert!(html.contains("\"complete\":false"), "report.html");
     let (code, stdout, stderr) = run(perfkit()
         .env_remove("GITHUB_STEP_SUMMARY")
         .args(["check", "--max-regression", "1000%", "--baseline"])

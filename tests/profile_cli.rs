@@ -467,6 +467,37 @@ fn missing_or_unexecutable_program_follows_shell_exit_codes() {
         .code(126)
         .stderr(predicates::str::contains("cannot execute"))
         .stderr(predicates::str::contains("not-executable.sh"));
+    // A script whose interpreter is missing is there: 127 as in a shell, but not "not found".
+    let script = tmp.path().join("bad-interpreter.sh");
+    std::fs::write(&script, "#!/perfkit-test/no-such-interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Cmd::new(PERFKIT)
+        .args(["profile", "--out"])
+        .arg(tmp.path().join("run3"))
+        .arg("--")
+        .arg(&script)
+        .assert()
+        .code(127)
+        .stderr(predicates::str::contains("bad-interpreter.sh"))
+        .stderr(predicates::str::contains("interpreter"));
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(!err.contains("program not found"), "{err}");
+}
+
+/// An option `perfkit profile` does not have, before the program: a usage error (exit 2)
+/// naming the option, not "program not found" (127), and nothing is written.
+#[test]
+fn an_unknown_option_is_a_usage_error_not_a_missing_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    Cmd::new(PERFKIT)
+        .args(["profile", "--out"])
+        .arg(&run)
+        .args(["--step-span", "train_step", "--", "true"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("unknown option `--step-span`"));
+    assert!(!run.exists(), "nothing is written");
 }
 
 #[test]
@@ -723,5 +754,31 @@ fn no_lint_lints_nothing() {
     assert!(
         !findings.iter().any(|f| f["origin"] == "lint"),
         "{findings:?}"
+    );
+}
+
+/// `--lint PATH` with a program that records nothing (not instrumented, no CUDA to capture):
+/// the lint findings are still shown, and a path that cannot be linted is still named; they
+/// were passed over without a word.
+#[test]
+fn lint_findings_are_shown_for_an_uninstrumented_program_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/lint/pk101-host-readback-in-step-loop");
+    let out = Cmd::new(PERFKIT)
+        .args(["profile", "--no-inject", "--out"])
+        .arg(tmp.path().join("run"))
+        .arg("--lint")
+        .arg(&fixture)
+        .arg("--lint")
+        .arg(tmp.path().join("missing.rs"))
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("PK101"), "{stderr}");
+    assert!(
+        stderr.contains("perfkit: error: --lint: ") && stderr.contains("missing.rs"),
+        "{stderr}"
     );
 }

@@ -97,7 +97,16 @@ fn report_defaults_to_the_run_directory_and_honours_format() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["summary.json", "summary.md", "train-1.pktrace"]);
+    // `.perfkit-run` marks the reports as perfkit's, so that the next report may replace them.
+    assert_eq!(
+        names,
+        [
+            ".perfkit-run",
+            "summary.json",
+            "summary.md",
+            "train-1.pktrace"
+        ]
+    );
 }
 
 #[test]
@@ -197,6 +206,23 @@ fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
     assert!(v["analysis"]["processes"].is_array());
     let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
     assert!(md.contains("exit code 3"), "{md}");
+    // With another step span the steps are counted anew, and how the program ended is kept.
+    stdout(perfkit(tmp.path()).args([
+        "report",
+        "run",
+        "--format",
+        "json",
+        "--step-span",
+        "forward",
+    ]));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    assert_eq!(
+        v["run"]["exit"]["description"], "exit code 3",
+        "{}",
+        v["run"]
+    );
+    assert_eq!(v["steps"]["span"], "forward", "{}", v["steps"]);
 }
 
 /// Source of a candle training loop whose per-step readback sits at line 72, the line the
@@ -303,5 +329,235 @@ fn report_lint_puts_lint_findings_beside_the_measured_ones_and_confirms_them() {
             .expect("findings")
             .iter()
             .all(|f| f["origin"] != "lint")
+    );
+}
+
+/// `perfkit report RUN | head` and `perfkit diff A B | head`: a closed standard output is a
+/// normal end (exit 0, no panic), and the files asked for are still written.
+#[test]
+fn a_closed_stdout_ends_report_and_diff_quietly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    for (args, written) in [
+        (
+            &["report", "tuned", "--out", "r", "--format", "json"][..],
+            "r/summary.json",
+        ),
+        (&["diff", "tuned", "anti", "--out", "d"][..], "d/diff.json"),
+        (
+            &["diff", "tuned", "anti", "--format", "html", "--out", "h"][..],
+            "h/diff.html",
+        ),
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("perfkit"))
+            .current_dir(tmp.path())
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run perfkit");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(tmp.path().join(written).is_file(), "{args:?}: {written}");
+    }
+}
+
+/// `report --out DIR` and `diff --out DIR` into a directory that holds files perfkit did not
+/// write under the names it would write: refused, naming the file, and nothing is replaced. A
+/// directory perfkit wrote its reports into is its own: reporting into it again replaces them.
+#[test]
+fn report_and_diff_never_replace_files_they_did_not_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    run_dir(tmp.path(), "anti", &Workload::anti_patterns());
+    for (args, dir, name) in [
+        (
+            &["report", "tuned", "--out", "mine"][..],
+            "mine",
+            "report.html",
+        ),
+        (
+            &["report", "tuned", "--out", "mine-json", "--format", "json"][..],
+            "mine-json",
+            "summary.json",
+        ),
+        (
+            &["diff", "tuned", "anti", "--out", "d"][..],
+            "d",
+            "diff.json",
+        ),
+    ] {
+        let dir = tmp.path().join(dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(name), "my own file\n").expect("write");
+        let out = perfkit(tmp.path()).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(name), "{args:?}: the file is named: {err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(name)).expect("read"),
+            "my own file\n",
+            "{args:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, [name], "{args:?}: nothing else is written");
+    }
+    // Into a fresh directory, twice: the second run replaces what the first one wrote.
+    for _ in 0..2 {
+        stdout(perfkit(tmp.path()).args(["report", "tuned", "--out", "fresh"]));
+        stdout(perfkit(tmp.path()).args(["diff", "tuned", "anti", "--out", "fresh-diff"]));
+    }
+    // The default output of a run directory that holds no reports yet.
+    for _ in 0..2 {
+        stdout(perfkit(tmp.path()).args(["report", "anti", "--format", "json"]));
+    }
+}
+
+/// A run with GPU work against one without (the same trainer on a CPU): the GPU differential
+/// flamegraph has one side only, and `diff --out` / `--format html` still write everything.
+#[test]
+fn diff_of_a_gpu_run_and_a_cpu_run_writes_its_flamegraphs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "gpu", &Workload::tuned());
+    let cpu = tmp.path().join("cpu");
+    std::fs::create_dir_all(&cpu).expect("dir");
+    let mut s = synth::Synth::new(Vec::new(), "train", 2, None, 1_700_000_000_000_000_000);
+    s.thread(0, "main");
+    for step in 0..20 {
+        s.enter(0, "step", Some(step));
+        s.work(1_000_000);
+        s.exit(0);
+    }
+    std::fs::write(cpu.join("train-2.pktrace"), s.finish(false)).expect("trace");
+    for (base, new) in [("gpu", "cpu"), ("cpu", "gpu")] {
+        let out = format!("d-{base}-{new}");
+        stdout(perfkit(tmp.path()).args(["diff", base, new, "--out", &out]));
+        for name in [
+            "diff.html",
+            "diff-flamegraph-host.svg",
+            "diff-flamegraph-gpu.svg",
+        ] {
+            assert!(tmp.path().join(&out).join(name).is_file(), "{out}/{name}");
+        }
+        let html = stdout(perfkit(tmp.path()).args(["diff", base, new, "--format", "html"]));
+        assert!(html.contains("</html>"), "{base} -> {new}");
+    }
+}
+
+/// A summary.json copied away from its run (a CI baseline) is named as given: `diff` does not
+/// show the directory it was recorded in, which it never read.
+#[test]
+fn diff_names_a_summary_by_the_path_given() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "tuned", "--format", "json"]));
+    std::fs::create_dir_all(tmp.path().join("ci")).expect("dir");
+    std::fs::copy(
+        tmp.path().join("tuned/summary.json"),
+        tmp.path().join("ci/baseline.json"),
+    )
+    .expect("copy");
+    std::fs::remove_dir_all(tmp.path().join("tuned")).expect("remove the run");
+    let text = stdout(perfkit(tmp.path()).args(["diff", "ci/baseline.json", "ci/baseline.json"]));
+    assert!(
+        text.starts_with("base: ci/baseline.json\nnew:  ci/baseline.json\n"),
+        "{text}"
+    );
+}
+
+/// A base run whose median step is 0 ns (steps that record no time): the change is no
+/// percentage, so the text says `from 0` and the JSON leaves `change` out, as it does for
+/// every other figure, instead of claiming `+0.0 %`.
+#[test]
+fn a_step_change_from_zero_is_not_a_percentage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trace = |name: &str, step_ns: u64| {
+        let mut s = synth::Synth::new(Vec::new(), "train", 4, None, 1_700_000_000_000_000_000);
+        s.thread(0, "main");
+        for step in 0..10 {
+            s.enter(0, "step", Some(step));
+            s.work(step_ns);
+            s.exit(0);
+            s.work(1_000);
+        }
+        std::fs::write(tmp.path().join(name), s.finish(false)).expect("trace");
+    };
+    trace("zero.pktrace", 0);
+    trace("ms.pktrace", 1_000_000);
+    let text = stdout(perfkit(tmp.path()).args(["diff", "zero.pktrace", "ms.pktrace"]));
+    let headline = text.lines().nth(2).expect("headline");
+    assert!(headline.contains("from 0"), "{headline}");
+    assert!(!headline.contains("+0.0 %"), "{headline}");
+    let json: Value = serde_json::from_str(&stdout(perfkit(tmp.path()).args([
+        "diff",
+        "zero.pktrace",
+        "ms.pktrace",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    assert_eq!(json["steps"]["base_median_ns"], 0);
+    assert!(json["steps"].get("change").is_none(), "{}", json["steps"]);
+}
+
+/// A run whose recorder dropped events undercounts every figure: `diff` and `check` say so
+/// (a per-step readback lost to a full queue must not pass the gate unremarked).
+#[test]
+fn diff_and_check_say_when_a_run_dropped_events() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trace = |name: &str, dropped: u64| {
+        let mut s = synth::Synth::new(Vec::new(), "train", 5, None, 1_700_000_000_000_000_000);
+        s.thread(0, "main");
+        for step in 0..10 {
+            s.enter(0, "step", Some(step));
+            s.work(1_000_000);
+            s.exit(0);
+        }
+        if dropped > 0 {
+            s.dropped(dropped);
+        }
+        std::fs::write(tmp.path().join(name), s.finish(false)).expect("trace");
+    };
+    trace("base.pktrace", 0);
+    trace("lossy.pktrace", 4321);
+    let text = stdout(perfkit(tmp.path()).args(["diff", "base.pktrace", "lossy.pktrace"]));
+    assert!(
+        text.contains("new run UNDERCOUNTS: the recorder dropped 4321 events"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&stdout(perfkit(tmp.path()).args([
+        "diff",
+        "base.pktrace",
+        "lossy.pktrace",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    assert_eq!(json["new_dropped_events"], 4321);
+    assert!(json.get("base_dropped_events").is_none(), "{json}");
+    let out = perfkit(tmp.path())
+        .args([
+            "check",
+            "--format",
+            "github",
+            "--baseline",
+            "base.pktrace",
+            "--candidate",
+            "lossy.pktrace",
+        ])
+        .output()
+        .expect("check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("::warning title=perfkit check::candidate run undercounts: the recorder dropped 4321 events")),
+        "{text}"
     );
 }

@@ -46,7 +46,8 @@ impl Run {
                     incomplete.push("a trace was cut short".to_owned());
                 }
                 Ok(Self {
-                    source: a.source.clone(),
+                    // The file given, not the traces it was made from: those were not read.
+                    source: path.display().to_string(),
                     processes: a.processes.clone(),
                     incomplete,
                 })
@@ -113,6 +114,16 @@ pub struct DiffReport {
     /// Why the new run is incomplete (empty when complete).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_incomplete: Vec<String>,
+    /// Events the base run's recorder dropped (its figures undercount); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub base_dropped_events: u64,
+    /// Events the new run's recorder dropped (its figures undercount); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub new_dropped_events: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl DiffReport {
@@ -125,7 +136,33 @@ impl DiffReport {
         .into_iter()
         .filter(|(_, reasons)| !reasons.is_empty())
         .map(|(which, reasons)| format!("{which} run INCOMPLETE: {}", reasons.join("; ")))
+        .chain(
+            [
+                ("base", self.base_dropped_events),
+                ("new", self.new_dropped_events),
+            ]
+            .into_iter()
+            .filter(|(_, dropped)| *dropped > 0)
+            .map(|(which, dropped)| format!("{which} run UNDERCOUNTS: {}", dropped_line(dropped))),
+        )
         .collect()
+    }
+}
+
+/// Why a run's figures undercount, when its recorder dropped `dropped` events.
+pub fn dropped_line(dropped: u64) -> String {
+    format!(
+        "the recorder dropped {dropped} event{} (its queue was full), so its figures undercount",
+        if dropped == 1 { "" } else { "s" }
+    )
+}
+
+impl Run {
+    /// Events the run's recorders dropped, over all its processes.
+    pub fn dropped_events(&self) -> u64 {
+        self.processes
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.dropped_events))
     }
 }
 
@@ -142,8 +179,9 @@ pub struct StepDelta {
     pub new_median_ns: u64,
     /// `new - base`.
     pub delta_ns: i64,
-    /// `new / base - 1`.
-    pub change: f64,
+    /// `new / base - 1`; absent when the base median is 0 (no ratio to give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<f64>,
     /// The change that run-to-run variation could explain: the noise floor of `perfkit check`
     /// (one run per side: `noise-floor` of `[check]`, default 50 % of the base median), or
     /// [`NOISE_SIGMAS`] standard errors of the difference of the medians from each run's
@@ -376,11 +414,8 @@ pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> D
                 base_median_ns: db.median_ns,
                 new_median_ns: dn.median_ns,
                 delta_ns: delta,
-                change: if db.median_ns > 0 {
-                    round3(dn.median_ns as f64 / db.median_ns as f64 - 1.0)
-                } else {
-                    0.0
-                },
+                change: (db.median_ns > 0)
+                    .then(|| round3(dn.median_ns as f64 / db.median_ns as f64 - 1.0)),
                 noise_ns: noise,
                 verdict: verdict.to_owned(),
                 evidence: cmp.reason,
@@ -508,6 +543,8 @@ pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> D
         new: new.source.clone(),
         base_incomplete: base.incomplete.clone(),
         new_incomplete: new.incomplete.clone(),
+        base_dropped_events: base.dropped_events(),
+        new_dropped_events: new.dropped_events(),
         steps,
         operations,
         spans: pair(
@@ -545,7 +582,7 @@ impl DiffReport {
                 format::duration(s.base_median_ns),
                 format::duration(s.new_median_ns),
                 format::signed_duration(i128::from(s.delta_ns)),
-                format::signed_percent(s.change),
+                s.change.map_or("from 0".to_owned(), format::signed_percent),
                 s.verdict,
                 format::duration(s.noise_ns)
             ),

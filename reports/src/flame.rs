@@ -76,7 +76,8 @@ pub fn add_stacks(
             }
             key.push_str(&frame_name(f));
         }
-        *out.entry(key).or_insert(0) += value;
+        let count = out.entry(key).or_insert(0);
+        *count = count.saturating_add(value);
     }
 }
 
@@ -96,8 +97,46 @@ pub fn write_svg(
     count_name: &str,
     w: impl Write,
 ) -> Result<()> {
-    let lines: Vec<String> = stacks.iter().map(|(s, c)| format!("{s} {c}")).collect();
-    render_lines(&lines, title, count_name, w)
+    let (fitted, title) = fit_for_inferno(&[stacks], title);
+    let lines: Vec<String> = fitted[0].iter().map(|(s, c)| format!("{s} {c}")).collect();
+    render_lines(&lines, &title, count_name, w)
+}
+
+/// The largest sum of counts handed to inferno: it adds counts up in `usize` and takes
+/// differences in `isize`; 2^52 ns is 52 days, and exact in an `f64`.
+const INFERNO_MAX_TOTAL: u128 = 1 << 52;
+
+/// `maps` as they are when their counts sum to at most [`INFERNO_MAX_TOTAL`]; otherwise (a
+/// damaged or hand-made trace) every count divided by the same factor (a count that was not 0
+/// stays at least 1), and `title` says so.
+fn fit_for_inferno(
+    maps: &[&BTreeMap<String, u64>],
+    title: &str,
+) -> (Vec<BTreeMap<String, u64>>, String) {
+    let total: u128 = maps
+        .iter()
+        .flat_map(|m| m.values())
+        .map(|&c| u128::from(c))
+        .sum();
+    if total <= INFERNO_MAX_TOTAL {
+        return (maps.iter().map(|&m| m.clone()).collect(), title.to_owned());
+    }
+    let factor = total.div_ceil(INFERNO_MAX_TOTAL);
+    let scaled = maps
+        .iter()
+        .map(|m| {
+            m.iter()
+                .map(|(k, &c)| {
+                    let c = u64::try_from(u128::from(c) / factor).unwrap_or(u64::MAX);
+                    (k.clone(), c.max(1))
+                })
+                .collect()
+        })
+        .collect();
+    (
+        scaled,
+        format!("{title} (counts scaled down by {factor}: too large to draw)"),
+    )
 }
 
 fn render_lines(lines: &[String], title: &str, count_name: &str, mut w: impl Write) -> Result<()> {
@@ -126,10 +165,17 @@ pub fn write_differential_svg(
     title: &str,
     w: impl Write,
 ) -> Result<()> {
+    let (fitted, title) = fit_for_inferno(&[base, new], title);
+    let title = title.as_str();
+    if fitted[1].is_empty() {
+        // The shape is the new run's, and it has none (inferno refuses empty input): a run
+        // without GPU work against one with it.
+        return render_lines(&[], &format!("{title} (the new run has none)"), "ns", w);
+    }
     let mut before = Vec::new();
     let mut after = Vec::new();
-    write_folded(base, &mut before).map_err(|e| flame_err(title, e))?;
-    write_folded(new, &mut after).map_err(|e| flame_err(title, e))?;
+    write_folded(&fitted[0], &mut before).map_err(|e| flame_err(title, e))?;
+    write_folded(&fitted[1], &mut after).map_err(|e| flame_err(title, e))?;
     let mut diff = Vec::new();
     inferno::differential::from_readers(
         inferno::differential::Options::default(),
@@ -147,5 +193,45 @@ fn flame_err(title: &str, e: std::io::Error) -> Error {
     Error::Flamegraph {
         what: title.to_owned(),
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts whose sum passes what inferno can add up (a damaged or hand-made trace with spans
+    /// of centuries): scaled down, and the title says so, instead of an overflow in inferno.
+    #[test]
+    fn counts_too_large_for_inferno_are_scaled_and_said_so() {
+        let huge: BTreeMap<String, u64> = [
+            ("step".to_owned(), u64::MAX),
+            ("step;data".to_owned(), u64::MAX - 1),
+            ("other".to_owned(), 5),
+        ]
+        .into_iter()
+        .collect();
+        let small: BTreeMap<String, u64> = [("step".to_owned(), 10)].into_iter().collect();
+        for (base, new) in [(&small, &huge), (&huge, &small), (&huge, &huge)] {
+            let mut svg = Vec::new();
+            write_differential_svg(base, new, "diff", &mut svg).expect("differential");
+            let svg = String::from_utf8(svg).expect("utf-8");
+            assert!(svg.contains("scaled down"), "{svg}");
+        }
+        let mut svg = Vec::new();
+        write_svg(&huge, "host", "ns", &mut svg).expect("flamegraph");
+        assert!(
+            String::from_utf8(svg)
+                .expect("utf-8")
+                .contains("scaled down")
+        );
+        // Ordinary counts are left as they are.
+        let mut svg = Vec::new();
+        write_svg(&small, "host", "ns", &mut svg).expect("flamegraph");
+        assert!(
+            !String::from_utf8(svg)
+                .expect("utf-8")
+                .contains("scaled down")
+        );
     }
 }

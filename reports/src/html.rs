@@ -31,6 +31,10 @@ pub struct HtmlOptions {
     pub min_frame_share: f64,
     /// Creation time shown in the header (any text). Default: empty.
     pub created: String,
+    /// Why the run is incomplete beyond what its traces show (the program was ended by a
+    /// signal), from the run's summary; when not empty, these are the reasons shown and the
+    /// run is incomplete. Default: empty.
+    pub run_incomplete: Vec<String>,
 }
 
 impl Default for HtmlOptions {
@@ -40,6 +44,7 @@ impl Default for HtmlOptions {
             max_rows: 200,
             min_frame_share: 0.0002,
             created: String::new(),
+            run_incomplete: Vec::new(),
         }
     }
 }
@@ -297,8 +302,12 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
         "synthetic": analysis.is_synthetic(),
         "generator": format!("perfkit {}", env!("CARGO_PKG_VERSION")),
         "created": options.created,
-        "complete": analysis.complete,
-        "incomplete_reasons": analysis.incomplete_reasons(),
+        "complete": analysis.complete && options.run_incomplete.is_empty(),
+        "incomplete_reasons": if options.run_incomplete.is_empty() {
+            analysis.incomplete_reasons()
+        } else {
+            options.run_incomplete.clone()
+        },
         "duration_ns": analysis.duration_ns,
         "processes": processes,
         "cards": cards,

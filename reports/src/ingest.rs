@@ -158,7 +158,8 @@ impl StepCounting {
         }
         let loc = self.location(file, line);
         if let Some(open) = self.open.get_mut(&thread) {
-            *open.counts.entry((key, loc)).or_insert(0) += n;
+            let count = open.counts.entry((key, loc)).or_insert(0);
+            *count = count.saturating_add(n);
         }
     }
 
@@ -177,9 +178,10 @@ impl StepCounting {
         self.steps += 1;
         let mut per_key: HashMap<CounterKey, u64> = HashMap::new();
         for ((key, loc), n) in open.counts {
-            *per_key.entry(key).or_insert(0) += n;
+            let count = per_key.entry(key).or_insert(0);
+            *count = count.saturating_add(n);
             let site = self.sites.entry((key, loc)).or_insert((0, 0));
-            site.0 += n;
+            site.0 = site.0.saturating_add(n);
             site.1 += 1;
         }
         for (key, n) in per_key {
@@ -213,7 +215,9 @@ impl StepCounting {
                     span: (name != NO_PARENT).then(|| names[name as usize].clone()),
                     per_step: histogram_median(hist, self.steps),
                     max_per_step: hist.keys().next_back().copied().unwrap_or(0),
-                    total: hist.iter().map(|(v, n)| v * n).sum(),
+                    total: hist
+                        .iter()
+                        .fold(0u64, |sum, (v, n)| sum.saturating_add(v.saturating_mul(*n))),
                     sites,
                 }
             })
@@ -250,7 +254,7 @@ fn histogram_median(hist: &BTreeMap<u64, u64>, steps: u64) -> f64 {
     if steps % 2 == 1 {
         at(steps / 2) as f64
     } else {
-        (at(steps / 2 - 1) + at(steps / 2)) as f64 / 2.0
+        (at(steps / 2 - 1) as f64 + at(steps / 2) as f64) / 2.0
     }
 }
 
@@ -479,7 +483,7 @@ impl ProcessIngest {
                     self.samples.push((ts_ns, used_bytes));
                 }
             }
-            Event::Dropped { count } => self.dropped += count,
+            Event::Dropped { count } => self.dropped = self.dropped.saturating_add(count),
             Event::Other { ts_ns } => {
                 if let Some(ts) = ts_ns {
                     self.see_ts(ts);
@@ -499,16 +503,17 @@ impl ProcessIngest {
         let self_ns = dur.saturating_sub(frame.child_ns);
         let outermost = !stack.iter().any(|f| f.name == frame.name);
         if let Some(parent) = stack.last_mut() {
-            parent.child_ns += dur;
+            parent.child_ns = parent.child_ns.saturating_add(dur);
         }
         self.open_spans.remove(&frame.span);
-        self.nodes[frame.node as usize].host_self_ns += self_ns;
+        let node = &mut self.nodes[frame.node as usize].host_self_ns;
+        *node = node.saturating_add(self_ns);
         let acc = &mut self.name_acc[frame.name as usize];
         acc.exits += 1;
-        acc.self_ns += self_ns;
+        acc.self_ns = acc.self_ns.saturating_add(self_ns);
         acc.max = acc.max.max(dur);
         if outermost {
-            acc.total += dur;
+            acc.total = acc.total.saturating_add(dur);
         }
         self.counting
             .close(thread, frame.span, !self.closing_at_end);
@@ -626,7 +631,7 @@ impl ProcessIngest {
                 let k = self.kernel_index(op.name);
                 let acc = &mut self.kernels[k as usize].1;
                 acc.count += 1;
-                acc.launch += host_ns;
+                acc.launch = acc.launch.saturating_add(host_ns);
                 GpuTarget::Kernel(k)
             }
             OpKind::Copy(direction) => {
@@ -639,28 +644,28 @@ impl ProcessIngest {
                 let site = self.copy_site_index((Self::location(op), direction, pinned));
                 let t = &mut self.copy_kinds[kind as usize].1;
                 t.count += 1;
-                t.bytes += op.bytes;
-                t.host_ns += host_ns;
+                t.bytes = t.bytes.saturating_add(op.bytes);
+                t.host_ns = t.host_ns.saturating_add(host_ns);
                 let t = &mut self.copy_sites[site as usize].1;
                 t.count += 1;
-                t.bytes += op.bytes;
-                t.host_ns += host_ns;
+                t.bytes = t.bytes.saturating_add(op.bytes);
+                t.host_ns = t.host_ns.saturating_add(host_ns);
                 self.copy_sites_at_host_return[site as usize] +=
                     u64::from(op.gpu_end_at_host_return);
                 GpuTarget::Copy { kind, site }
             }
             OpKind::Memset => {
                 self.memsets.count += 1;
-                self.memsets.bytes += op.bytes;
-                self.memsets.host_ns += host_ns;
+                self.memsets.bytes = self.memsets.bytes.saturating_add(op.bytes);
+                self.memsets.host_ns = self.memsets.host_ns.saturating_add(host_ns);
                 GpuTarget::Memset
             }
             OpKind::Sync => {
                 self.sync_count += 1;
-                self.sync_blocked += host_ns;
+                self.sync_blocked = self.sync_blocked.saturating_add(host_ns);
                 let site = self.sync_sites.entry(Self::location(op)).or_default();
                 site.0 += 1;
-                site.1 += host_ns;
+                site.1 = site.1.saturating_add(host_ns);
                 if host_ns > 0 {
                     self.syncs_iv.push((op.host_start_ns, op.host_end_ns));
                 }
@@ -668,7 +673,7 @@ impl ProcessIngest {
             }
             OpKind::Alloc => {
                 self.memory.allocs += 1;
-                self.memory.allocated_bytes += op.bytes;
+                self.memory.allocated_bytes = self.memory.allocated_bytes.saturating_add(op.bytes);
                 self.mem_current += i128::from(op.bytes);
                 self.memory_point(op.host_end_ns);
                 return;
@@ -702,7 +707,8 @@ impl ProcessIngest {
                     self.child(NO_PARENT, root)
                 }
             };
-            self.nodes[node as usize].gpu_ns += gpu_ns;
+            let total = &mut self.nodes[node as usize].gpu_ns;
+            *total = total.saturating_add(gpu_ns);
         }
         match target {
             GpuTarget::Kernel(k) => {
@@ -711,21 +717,23 @@ impl ProcessIngest {
                     acc.min = gpu_ns;
                 }
                 acc.timed += 1;
-                acc.total += gpu_ns;
+                acc.total = acc.total.saturating_add(gpu_ns);
                 acc.max = acc.max.max(gpu_ns);
                 if gpu_ns > 0 {
                     self.kernels_iv.push((start, end));
                 }
             }
             GpuTarget::Copy { kind, site } => {
-                self.copy_kinds[kind as usize].1.gpu_ns += gpu_ns;
-                self.copy_sites[site as usize].1.gpu_ns += gpu_ns;
+                let total = &mut self.copy_kinds[kind as usize].1.gpu_ns;
+                *total = total.saturating_add(gpu_ns);
+                let total = &mut self.copy_sites[site as usize].1.gpu_ns;
+                *total = total.saturating_add(gpu_ns);
                 if gpu_ns > 0 {
                     self.copies_iv.push((start, end));
                 }
             }
             GpuTarget::Memset => {
-                self.memsets.gpu_ns += gpu_ns;
+                self.memsets.gpu_ns = self.memsets.gpu_ns.saturating_add(gpu_ns);
                 if gpu_ns > 0 {
                     self.copies_iv.push((start, end));
                 }
@@ -1068,19 +1076,19 @@ impl ProcessIngest {
 }
 
 fn add_breakdown(sum: &mut StepBreakdown, b: &StepBreakdown) {
-    sum.wall_ns += b.wall_ns;
-    sum.kernel_ns += b.kernel_ns;
-    sum.copy_ns += b.copy_ns;
-    sum.sync_wait_ns += b.sync_wait_ns;
-    sum.idle_ns += b.idle_ns;
-    sum.sync_blocked_ns += b.sync_blocked_ns;
+    sum.wall_ns = sum.wall_ns.saturating_add(b.wall_ns);
+    sum.kernel_ns = sum.kernel_ns.saturating_add(b.kernel_ns);
+    sum.copy_ns = sum.copy_ns.saturating_add(b.copy_ns);
+    sum.sync_wait_ns = sum.sync_wait_ns.saturating_add(b.sync_wait_ns);
+    sum.idle_ns = sum.idle_ns.saturating_add(b.idle_ns);
+    sum.sync_blocked_ns = sum.sync_blocked_ns.saturating_add(b.sync_blocked_ns);
 }
 
 fn add_totals(sum: &mut OpTotals, t: &OpTotals) {
-    sum.count += t.count;
-    sum.bytes += t.bytes;
-    sum.gpu_ns += t.gpu_ns;
-    sum.host_ns += t.host_ns;
+    sum.count = sum.count.saturating_add(t.count);
+    sum.bytes = sum.bytes.saturating_add(t.bytes);
+    sum.gpu_ns = sum.gpu_ns.saturating_add(t.gpu_ns);
+    sum.host_ns = sum.host_ns.saturating_add(t.host_ns);
 }
 
 /// Rounds to four significant digits (bandwidths span KB/s to TB/s).

@@ -41,6 +41,18 @@ impl Format {
         Format::Chrome,
         Format::Html,
     ];
+
+    /// The files this format writes into the output directory.
+    pub fn files(self) -> &'static [&'static str] {
+        match self {
+            Format::Html => &["report.html"],
+            Format::Svg => &["flamegraph-host.svg", "flamegraph-gpu.svg"],
+            Format::Folded => &["stacks-host.folded", "stacks-gpu.folded"],
+            Format::Chrome => &["trace.chrome.json"],
+            Format::Json => &["summary.json"],
+            Format::Md => &["summary.md"],
+        }
+    }
 }
 
 impl FromStr for Format {
@@ -200,9 +212,14 @@ fn write_others(
             }
             Format::Html => {
                 let p = out_dir.join("report.html");
+                // How the program ended is known from the run's summary, not from its traces.
+                let mut html_options = options.html.clone();
+                if let Some(core) = &options.core {
+                    html_options.run_incomplete = core.run.incomplete_reasons.clone();
+                }
                 write_file(
                     &p,
-                    html::render(analysis, findings, &options.html).as_bytes(),
+                    html::render(analysis, findings, &html_options).as_bytes(),
                 )?;
                 written.push((*format, p));
             }

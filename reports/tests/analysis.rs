@@ -330,3 +330,32 @@ fn mangled_kernel_names_are_demangled() {
         ]
     );
 }
+
+/// A trace whose figures add up past `u64::MAX` (a damaged or hand-made one: two copies of
+/// 2^63 bytes each): the sums saturate, never overflow (a panic in a debug build, a wrapped,
+/// wrong total in a release build).
+#[test]
+fn sums_past_u64_max_saturate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Synth::new(Vec::new(), "train", 14, None, START);
+    s.thread(0, "main");
+    for step in 0..3 {
+        s.enter(0, "step", Some(step));
+        s.upload(0, 1 << 63, true, 7, 10);
+        s.upload(0, 1 << 63, true, 7, 10);
+        s.exit(0);
+    }
+    let p = write(dir.path(), "huge.pktrace", &s.finish(false));
+    let a = analyze_path(&p, &AnalyzeOptions::default()).expect("analyze");
+    let copies = &a.processes[0].copies;
+    assert_eq!(copies.total.bytes, u64::MAX);
+    assert_eq!(copies.total.count, 6);
+    let findings =
+        perfkit_reports::rules::evaluate(&a, &perfkit_reports::rules::ProfileConfig::default())
+            .expect("evaluate");
+    // And every report renders.
+    let formats = perfkit_reports::render::Format::ALL;
+    let options = perfkit_reports::render::RenderOptions::default();
+    perfkit_reports::render::write_all(&a, &dir.path().join("out"), &formats, &findings, &options)
+        .expect("render");
+}

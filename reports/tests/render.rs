@@ -59,6 +59,13 @@ fn writes_every_format() {
             "report.html"
         ]
     );
+    // `perfkit report --out` checks exactly these names before it writes.
+    let listed: Vec<&str> = perfkit_reports::render::Format::ALL
+        .iter()
+        .flat_map(|f| f.files())
+        .copied()
+        .collect();
+    assert_eq!(names, listed);
     // `perfkit profile --force` replaces exactly these names, and no others.
     #[cfg(unix)]
     assert_eq!(names, perfkit_profiler::launch::REPORT_FILES);

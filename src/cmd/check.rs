@@ -92,6 +92,10 @@ pub struct CheckArgs {
     /// default `perfkit-out/check`).
     #[arg(long, value_name = "DIR", requires = "repeat")]
     out: Option<PathBuf>,
+    /// With `--repeat`: replace the runs of an earlier check in --out DIR (only files perfkit
+    /// can prove it wrote, as `perfkit profile --force`)
+    #[arg(long, requires = "repeat")]
+    force: bool,
     /// With `--repeat`: the candidate program and the arguments both programs get.
     #[arg(
         value_name = "PROGRAM",
@@ -469,6 +473,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut failed = false;
     let mut errors = false;
+    // An incomplete run compared anyway (--allow-incomplete): the verdict says so.
+    let mut compared_incomplete = false;
     let mut md = String::from("## perfkit check\n\n");
 
     // Lint gate.
@@ -572,14 +578,40 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     run.incomplete.join("; ")
                 );
                 writeln!(out, "{line}")?;
-                if !args.allow_incomplete && args.format == CheckFormat::Github {
+                compared_incomplete |= args.allow_incomplete;
+                if args.format == CheckFormat::Github {
+                    // Allowed or not, the pull request hears of it.
+                    let level = if args.allow_incomplete {
+                        "warning"
+                    } else {
+                        "error"
+                    };
                     writeln!(
                         out,
-                        "::error title=perfkit check::{}",
+                        "::{level} title=perfkit check::{}",
                         output::github::escape_data(&line)
                     )?;
                 }
                 let _ = writeln!(md, "**{name} incomplete**: {}\n", run.incomplete.join("; "));
+            }
+            // Dropped records: the counters and times undercount. Said, not failed.
+            for run in runs.iter().filter(|r| r.dropped_events() > 0) {
+                let name = if runs.len() > 1 {
+                    format!("{which} run {}", run.source)
+                } else {
+                    format!("{which} run")
+                };
+                let reason = perfkit_reports::diff::dropped_line(run.dropped_events());
+                let line = format!("{name} undercounts: {reason}");
+                writeln!(out, "{line}")?;
+                if args.format == CheckFormat::Github {
+                    writeln!(
+                        out,
+                        "::warning title=perfkit check::{}",
+                        output::github::escape_data(&line)
+                    )?;
+                }
+                let _ = writeln!(md, "**{name} undercounts**: {reason}\n");
             }
         }
 
@@ -687,6 +719,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         "ERROR"
     } else if failed {
         "FAIL"
+    } else if compared_incomplete {
+        // A pass that rests on a partial run says so.
+        "PASS (with an incomplete run: --allow-incomplete)"
     } else {
         "PASS"
     };
@@ -733,8 +768,13 @@ fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<Pa
                 Path::new(prog).display(),
                 dir.display()
             );
-            let status = std::process::Command::new(&exe)
-                .args(["profile", "--quiet", "--no-lint", "--out"])
+            let mut profile = std::process::Command::new(&exe);
+            profile.args(["profile", "--quiet", "--no-lint"]);
+            if args.force {
+                profile.arg("--force");
+            }
+            let status = profile
+                .arg("--out")
                 .arg(&dir)
                 .arg("--")
                 .arg(prog)
@@ -744,7 +784,7 @@ fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<Pa
                 .with_context(|| format!("cannot run {}", exe.display()))?;
             if !status.success() {
                 bail!(
-                    "--repeat: the {which} run {i} ({}) failed: {status} (its output and trace are in {})",
+                    "--repeat: the {which} run {i} ({}) failed: {status} (its errors are above; its trace and summary, if it got that far, are in {})",
                     Path::new(prog).display(),
                     dir.display()
                 );

@@ -28,6 +28,7 @@ use perfkit_kernels::train::{AntiPatterns, DeviceChoice, Progress, TrainConfig, 
 use perfkit_lint::output::normalize as clean;
 use perfkit_lint::output::{self, Format as LintFormat, RenderOptions as LintRender};
 use perfkit_lint::{LintOptions, RuleMeta};
+use perfkit_profiler::launch::{REPORT_FILES, check_for_reports, take_for_reports};
 use perfkit_reports::render::{self, Format, RenderOptions};
 use perfkit_reports::rules::{self, ProfileConfig};
 use perfkit_reports::{AnalyzeOptions, Finding};
@@ -47,7 +48,12 @@ pub struct DemoArgs {
     #[arg(long, value_enum, default_value_t = DemoDevice::Auto)]
     device: DemoDevice,
     /// Optimizer steps of each run.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     steps: u64,
     /// Run the trainer in this process (what the demo's children do).
     #[arg(long, hide = true)]
@@ -87,6 +93,37 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone();
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
+    // Never over a file the demo did not write: what stands under the names it writes is
+    // checked, and the directories marked as perfkit's, before anything runs.
+    let tuned = out.join("tuned");
+    let anti = out.join("anti-patterns");
+    let diff_dir = out.join("diff");
+    let mut run_files = REPORT_FILES.to_vec();
+    run_files.push("train.log");
+    let outputs = [
+        (&tuned, &run_files[..]),
+        (&anti, &run_files[..]),
+        (
+            &diff_dir,
+            &[
+                "diff.txt",
+                "diff.json",
+                "diff.html",
+                "diff-flamegraph-host.svg",
+                "diff-flamegraph-gpu.svg",
+            ][..],
+        ),
+        (&out, &["lint.txt", "lint.sarif"][..]),
+    ];
+    for (dir, names) in outputs {
+        check_for_reports(dir, names)?;
+    }
+    for (dir, names) in &outputs[..3] {
+        // Released at once: `perfkit profile` and `perfkit diff` take these directories next.
+        drop(take_for_reports(dir, names)?);
+    }
+    let _taken = take_for_reports(&out, outputs[3].1)?;
+
     // How busy the machine is before the runs: loader workers only help where cores are free.
     let busy = machine_busy();
 
@@ -94,8 +131,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let source_root = source_root(&out)?;
 
     // 1. The two runs, each under `perfkit profile`.
-    let tuned = out.join("tuned");
-    let anti = out.join("anti-patterns");
     profile_run(&exe, &tuned, &args, false)?;
     profile_run(&exe, &anti, &args, true)?;
 
@@ -122,7 +157,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let any_gpu = tables.iter().any(|t| t.2.1);
 
     // 4. Their diff.
-    let diff_dir = out.join("diff");
     let diff = Command::new(&exe)
         .arg("diff")
         .arg(tuned.join("trace"))

@@ -1,5 +1,6 @@
 //! `perfkit diff BASE NEW`: compare two runs.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -72,13 +73,15 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             (title, svg.as_slice())
         })
         .collect();
-    match args.format {
-        DiffFormat::Text => print!("{}", report.to_text(args.top)),
-        DiffFormat::Json => print!("{}", report.to_json()),
-        DiffFormat::Html => print!("{}", report.to_html(&embedded)),
-    }
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        // Never over a file perfkit did not write; the directory stays locked while it is
+        // written.
+        let mut names = vec!["diff.json", "diff.html"];
+        names.extend(flames.iter().map(|(kind, _)| match kind {
+            perfkit_reports::flame::FlameKind::Host => "diff-flamegraph-host.svg",
+            perfkit_reports::flame::FlameKind::Gpu => "diff-flamegraph-gpu.svg",
+        }));
+        let _taken = perfkit_profiler::launch::take_for_reports(dir, &names)?;
         let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
             let p = dir.join(name);
             std::fs::write(&p, data).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
@@ -91,5 +94,15 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             write(&format!("diff-flamegraph-{}.svg", kind.as_str()), svg)?;
         }
     }
+    // Last, so that a closed pipe (`perfkit diff A B | head`) never keeps `--out` from being
+    // written; `exit_on_error` turns the broken pipe into exit status 0.
+    let text = match args.format {
+        DiffFormat::Text => report.to_text(args.top),
+        DiffFormat::Json => report.to_json(),
+        DiffFormat::Html => report.to_html(&embedded),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -111,6 +111,16 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             "no PROGRAM given: usage is `perfkit profile [--out DIR] -- PROGRAM [ARGS...]`"
         );
     };
+    // `perfkit profile --bogus -- ./train`: clap hands an unknown option on as the program.
+    if program.as_encoded_bytes().starts_with(b"-") {
+        anyhow::bail!(
+            "unknown option `{}` for `perfkit profile` (see `perfkit profile --help`; the \
+             usage is `perfkit profile [OPTIONS] -- PROGRAM [ARGS...]`, and a program whose \
+             name starts with `-` is given as `./{}`)",
+            program.to_string_lossy(),
+            program.to_string_lossy()
+        );
+    }
     let out = OutputDir::prepare(args.options.out.as_deref(), program, args.options.force)?;
     let mut spec = LaunchSpec::new(program.clone(), program_args.to_vec(), out.trace_dir());
     let no_capture = match injection_env(&args, program) {
@@ -187,6 +197,9 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
                 summary.files.reports_error = Some(super::error_chain(&err));
             }
         }
+    } else if !lint_paths.is_empty() {
+        // Nothing was recorded, but the code asked to be linted still is.
+        findings = Some(with_lint(&lint_paths, Vec::new()));
     }
     if !args.options.quiet {
         let shown = display_path(out.root());
@@ -344,32 +357,11 @@ fn write_reports(
         eprintln!("perfkit: warning: runtime findings were not computed: {err}");
         Vec::new()
     });
-    let findings = if lint_paths.is_empty() {
-        runtime
-    } else {
-        match super::check::with_lint_findings(lint_paths, runtime.clone()) {
-            Ok((findings, errors)) => {
-                // As `perfkit lint` does; the exit status stays the program's own.
-                for error in &errors {
-                    eprintln!("{}", super::check::lint_error_line(error));
-                }
-                if !errors.is_empty() {
-                    eprintln!(
-                        "perfkit: --lint: {} file{} could not be linted",
-                        errors.len(),
-                        if errors.len() == 1 { "" } else { "s" }
-                    );
-                }
-                findings
-            }
-            Err(err) => {
-                eprintln!("perfkit: warning: --lint: {err}");
-                runtime
-            }
-        }
-    };
+    let findings = with_lint(lint_paths, runtime);
     let mut options = RenderOptions::default();
     options.html.title = format!("perfkit report: {}", program.to_string_lossy());
+    // How the program ended (exit status, signal), for summary.md and report.html as well.
+    options.core = Some(summary.clone());
     let others: Vec<Format> = Format::ALL
         .into_iter()
         .filter(|f| *f != Format::Json)
@@ -382,6 +374,38 @@ fn write_reports(
     options.core = Some(summary.clone());
     render::write_all(&analysis, run_dir, &[Format::Json], &findings, &options)?;
     Ok(findings)
+}
+
+/// `runtime` with the lint findings of `lint_paths` (none: `runtime` as it is), confirmed where
+/// the run saw the same line; the files that could not be linted are named on stderr, as
+/// `perfkit lint` names them, and the exit status stays the program's own.
+#[cfg(unix)]
+fn with_lint(
+    lint_paths: &[PathBuf],
+    runtime: Vec<perfkit_reports::Finding>,
+) -> Vec<perfkit_reports::Finding> {
+    if lint_paths.is_empty() {
+        return runtime;
+    }
+    match super::check::with_lint_findings(lint_paths, runtime.clone()) {
+        Ok((findings, errors)) => {
+            for error in &errors {
+                eprintln!("{}", super::check::lint_error_line(error));
+            }
+            if !errors.is_empty() {
+                eprintln!(
+                    "perfkit: --lint: {} file{} could not be linted",
+                    errors.len(),
+                    if errors.len() == 1 { "" } else { "s" }
+                );
+            }
+            findings
+        }
+        Err(err) => {
+            eprintln!("perfkit: warning: --lint: {err}");
+            runtime
+        }
+    }
 }
 
 /// Runs `perfkit profile` (Unix only).

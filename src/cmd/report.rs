@@ -1,5 +1,6 @@
 //! `perfkit report TRACE|DIR`: render the reports of a recorded run.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -62,12 +63,18 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
-    // A summary written by `perfkit profile` knows how the program ended: keep its core.
-    if args.step_span.is_none()
-        && let Ok(previous) = perfkit_reports::Summary::load(&out.join("summary.json"))
+    // A summary written by `perfkit profile` knows how the program ended: keep its core, or,
+    // with another step span, the steps counted anew and the rest of the run as it was.
+    if let Ok(previous) = perfkit_reports::Summary::load(&out.join("summary.json"))
         && previous.core.run.exit.is_some()
     {
-        render_options.core = Some(previous.core);
+        render_options.core = Some(if args.step_span.is_none() {
+            previous.core
+        } else {
+            let mut core = perfkit_reports::Summary::core_of(&analysis)?;
+            core.run = previous.core.run;
+            core
+        });
     }
     render_options.html.title = format!("perfkit report: {}", title_of(&analysis));
     render_options.html.created = created_now();
@@ -85,11 +92,19 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         (findings, lint_errors) =
             super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
     }
+    // Never over a file perfkit did not write; the directory stays locked while it is written.
+    let names: Vec<&str> = formats.iter().flat_map(|f| f.files()).copied().collect();
+    let _taken = perfkit_profiler::launch::take_for_reports(&out, &names)?;
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
-    print!("{}", summary::terminal_table(&analysis, 15));
-    println!();
-    print!("{}", perfkit_reports::rules::terminal_findings(&findings));
-    println!();
+    // `perfkit report RUN | head`: a closed pipe ends the printing, not the run (the reports
+    // are written above; the --lint errors, --open and the exit status still follow).
+    let mut stdout = std::io::stdout().lock();
+    let mut shown = write!(
+        stdout,
+        "{}\n{}\n",
+        summary::terminal_table(&analysis, 15),
+        perfkit_reports::rules::terminal_findings(&findings)
+    );
     // As `perfkit lint`: the files that could be linted are reported, the others named, and
     // the exit status is 2.
     for error in &lint_errors {
@@ -103,8 +118,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for p in &written {
-        println!("wrote {}", p.display());
+        shown = shown.and_then(|()| writeln!(stdout, "wrote {}", p.display()));
     }
+    match shown.and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
+    drop(stdout);
     if args.open {
         let html = out.join("report.html");
         if formats.contains(&Format::Html) {

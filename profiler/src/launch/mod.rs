@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant, SystemTime};
 
-pub use outdir::{OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, default_dir_name};
+pub use outdir::{
+    MARKED_FILES, OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, ReportDir,
+    check_for_reports, default_dir_name, take_for_reports,
+};
 pub use signals::ReceivedSignal;
 
 /// The environment variable that tells an instrumented program where to write its trace.
@@ -211,6 +214,17 @@ pub enum LaunchError {
         /// The program as given.
         program: OsString,
     },
+    /// The program is there, but what it needs to start is not: the interpreter of its `#!`
+    /// line, or the dynamic loader it names (127, as in a shell).
+    #[error(
+        "cannot execute `{program}`: it is there, but its interpreter (`#!` line) or dynamic \
+         loader is not",
+        program = .program.to_string_lossy()
+    )]
+    InterpreterNotFound {
+        /// The program as given.
+        program: OsString,
+    },
     /// The program exists but cannot be executed (permissions, a directory, a bad format).
     #[error("cannot execute `{program}`: {source}", program = .program.to_string_lossy())]
     NotExecutable {
@@ -237,7 +251,7 @@ impl LaunchError {
     /// shell conventions), 2 for the others.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::NotFound { .. } => EXIT_NOT_FOUND,
+            Self::NotFound { .. } | Self::InterpreterNotFound { .. } => EXIT_NOT_FOUND,
             Self::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
             Self::Signals(_) | Self::Wait { .. } => 2,
         }
@@ -288,6 +302,14 @@ pub fn launch(spec: &LaunchSpec) -> Result<RunOutcome, LaunchError> {
 
 fn spawn_error(program: &OsStr, source: std::io::Error) -> LaunchError {
     match source.kind() {
+        // A path to a file that is there: what is missing is its interpreter or loader.
+        std::io::ErrorKind::NotFound
+            if program.as_encoded_bytes().contains(&b'/') && Path::new(program).is_file() =>
+        {
+            LaunchError::InterpreterNotFound {
+                program: program.to_os_string(),
+            }
+        }
         std::io::ErrorKind::NotFound => LaunchError::NotFound {
             program: program.to_os_string(),
         },

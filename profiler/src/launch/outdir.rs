@@ -45,6 +45,29 @@ pub const REPORT_FILES: [&str; 8] = [
     "report.html",
 ];
 
+/// Every name perfkit writes into a directory it marks with [`RUN_MARKER`]: the reports of a
+/// run ([`REPORT_FILES`]), those of `perfkit diff --out` and those of `perfkit demo`. A marker
+/// vouches for the files under these names, so it is written only into a directory that holds
+/// none of them yet (see [`take_for_reports`]).
+pub const MARKED_FILES: [&str; 16] = [
+    SUMMARY_FILE,
+    "summary.md",
+    "stacks-host.folded",
+    "stacks-gpu.folded",
+    "flamegraph-host.svg",
+    "flamegraph-gpu.svg",
+    "trace.chrome.json",
+    "report.html",
+    "diff.json",
+    "diff.html",
+    "diff-flamegraph-host.svg",
+    "diff-flamegraph-gpu.svg",
+    "diff.txt",
+    "lint.txt",
+    "lint.sarif",
+    "train.log",
+];
+
 /// The first line of [`RUN_MARKER`].
 const MARKER_HEADER: &str = "perfkit run directory";
 
@@ -87,6 +110,20 @@ pub enum OutputDirError {
         dir: PathBuf,
         /// The other run's process id, when its marker names it.
         pid: Option<u32>,
+    },
+    /// Files named like the reports to write are in the way, and perfkit cannot prove it
+    /// wrote them ([`take_for_reports`]).
+    #[error(
+        "`{}` already holds {}, which perfkit did not write or cannot prove it wrote (it \
+         replaces a file only in a directory that carries its `{RUN_MARKER}` marker, and never \
+         a link); move or remove these yourself, or choose another --out",
+        .dir.display(), list_files(.files)
+    )]
+    Occupied {
+        /// The output directory.
+        dir: PathBuf,
+        /// The files left alone.
+        files: Vec<PathBuf>,
     },
     /// A file system operation failed.
     #[error("cannot prepare output directory `{}`: {source}", path.display())]
@@ -177,9 +214,19 @@ impl OutputDir {
         };
         // The program may change its working directory: hand it an absolute path.
         let root = std::path::absolute(&root).map_err(io_err(&root))?;
+        let marker_existed = std::fs::symlink_metadata(root.join(RUN_MARKER)).is_ok();
         let lock = take_lock(&root)?;
+        if marker_existed && !lock.had_marker && !lock.empty {
+            // A file of the marker's name that perfkit did not write: neither removed nor
+            // written over.
+            unlock(&lock.file);
+            return Err(OutputDirError::NotOurs {
+                dir: root.clone(),
+                files: vec![root.join(RUN_MARKER)],
+            });
+        }
         if let Err(err) = clear_previous_run(&root, force, lock.had_marker) {
-            if !lock.had_marker {
+            if !lock.had_marker && (!marker_existed || lock.empty) {
                 // The marker was created only to hold the lock: a refused directory keeps
                 // no trace of perfkit.
                 let _ = std::fs::remove_file(root.join(RUN_MARKER));
@@ -239,10 +286,100 @@ impl OutputDir {
     }
 }
 
+/// A directory taken by [`take_for_reports`]: marked as perfkit's, and locked (a `perfkit
+/// profile` into it is refused) until dropped.
+#[derive(Debug)]
+#[must_use = "the directory is locked only while this lives"]
+pub struct ReportDir {
+    _lock: HeldLock,
+}
+
+/// Takes `dir` (created if missing) to write the files `names` (some of [`MARKED_FILES`])
+/// into, as `perfkit report --out` and `perfkit diff --out` do.
+///
+/// A name that is not there yet is free. One that is there is replaced only when it is a
+/// regular file (not a link) in a directory that carries perfkit's [`RUN_MARKER`]: a file of
+/// that name in a directory perfkit never marked is not provably perfkit's. A directory not
+/// marked yet is marked only when it holds nothing under any of [`MARKED_FILES`], since the
+/// marker vouches for all of them. Anything in the way makes it fail with
+/// [`OutputDirError::Occupied`], which names those files; the directory is then left as it
+/// was. Otherwise the directory is marked (a marker that is not perfkit's is left as it is:
+/// then nothing in it is ever replaced).
+///
+/// # Errors
+/// As above; [`OutputDirError::Locked`] while a `perfkit profile` run holds the directory, and
+/// [`OutputDirError::Io`] when it cannot be created or marked.
+pub fn take_for_reports(dir: &Path, names: &[&str]) -> Result<ReportDir, OutputDirError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let marker = dir.join(RUN_MARKER);
+    let marker_existed = std::fs::symlink_metadata(&marker).is_ok();
+    let lock = take_lock(dir)?;
+    let in_the_way = in_the_way(dir, names, lock.had_marker);
+    if !in_the_way.is_empty() {
+        unlock(&lock.file);
+        if !marker_existed {
+            // Created only to hold the lock: a refused directory keeps no trace of perfkit.
+            let _ = std::fs::remove_file(&marker);
+        }
+        return Err(OutputDirError::Occupied {
+            dir: dir.to_path_buf(),
+            files: in_the_way,
+        });
+    }
+    let mut file = lock.file;
+    if lock.had_marker || !marker_existed {
+        file.set_len(0)
+            .and_then(|()| {
+                use std::io::{Seek as _, Write as _};
+                file.rewind()?;
+                write!(file, "{MARKER_HEADER}\npid {}\n", std::process::id())
+            })
+            .map_err(io_err(&marker))?;
+    }
+    Ok(ReportDir {
+        _lock: HeldLock(file),
+    })
+}
+
+/// What [`take_for_reports`] would refuse, without creating, marking or locking anything: for
+/// a command that writes into several directories and checks them all before it starts.
+///
+/// # Errors
+/// [`OutputDirError::Occupied`], naming the files in the way.
+pub fn check_for_reports(dir: &Path, names: &[&str]) -> Result<(), OutputDirError> {
+    let marked = std::fs::read_to_string(dir.join(RUN_MARKER))
+        .is_ok_and(|text| text.lines().next() == Some(MARKER_HEADER));
+    let files = in_the_way(dir, names, marked);
+    if files.is_empty() {
+        Ok(())
+    } else {
+        Err(OutputDirError::Occupied {
+            dir: dir.to_path_buf(),
+            files,
+        })
+    }
+}
+
+/// The files under `names` (all of [`MARKED_FILES`] in a directory not marked yet) that
+/// perfkit cannot prove it wrote.
+fn in_the_way(dir: &Path, names: &[&str], marked: bool) -> Vec<PathBuf> {
+    debug_assert!(names.iter().all(|n| MARKED_FILES.contains(n)), "{names:?}");
+    let checked: &[&str] = if marked { names } else { &MARKED_FILES };
+    checked
+        .iter()
+        .map(|name| dir.join(name))
+        .filter(|path| {
+            std::fs::symlink_metadata(path).is_ok_and(|meta| !(marked && meta.is_file()))
+        })
+        .collect()
+}
+
 /// The locked marker file, and whether perfkit had marked the directory before.
 struct Lock {
     file: File,
     had_marker: bool,
+    /// The file is empty: one perfkit created and was stopped before writing (or just now).
+    empty: bool,
 }
 
 /// Opens (or creates) the run marker and takes an exclusive lock on it, without waiting.
@@ -270,6 +407,7 @@ fn take_lock(root: &Path) -> Result<Lock, OutputDirError> {
     Ok(Lock {
         file,
         had_marker: text.lines().next() == Some(MARKER_HEADER),
+        empty: text.is_empty(),
     })
 }
 
@@ -555,6 +693,67 @@ mod tests {
             !dir.join(RUN_MARKER).exists(),
             "a refused directory is left unmarked"
         );
+    }
+
+    #[test]
+    fn a_run_marker_name_perfkit_did_not_write_is_never_removed_or_rewritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join(RUN_MARKER), b"my notes\n").unwrap();
+        std::fs::write(dir.join("report.html"), b"my own report").unwrap();
+        // Refused, naming it, and the file of the marker's name is left as it was.
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), true).unwrap_err();
+        assert!(err.to_string().contains(RUN_MARKER), "{err}");
+        assert!(dir.join("report.html").exists());
+        assert_eq!(std::fs::read(dir.join(RUN_MARKER)).unwrap(), b"my notes\n");
+        // Nothing else in the way: still refused, naming it, rather than written over.
+        std::fs::remove_file(dir.join("report.html")).unwrap();
+        let err = OutputDir::prepare(Some(dir), OsStr::new("x"), false).unwrap_err();
+        assert!(matches!(err, OutputDirError::NotOurs { .. }), "{err}");
+        assert!(err.to_string().contains(RUN_MARKER), "{err}");
+        assert_eq!(std::fs::read(dir.join(RUN_MARKER)).unwrap(), b"my notes\n");
+    }
+
+    #[test]
+    fn reports_go_only_where_nothing_of_someone_else_is_in_the_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A fresh directory is taken and marked; while taken, a run into it is refused.
+        let dir = tmp.path().join("fresh");
+        let taken = take_for_reports(&dir, &["report.html"]).unwrap();
+        let err = OutputDir::prepare(Some(&dir), OsStr::new("x"), true).unwrap_err();
+        assert!(matches!(err, OutputDirError::Locked { .. }), "{err}");
+        std::fs::write(dir.join("report.html"), b"perfkit's").unwrap();
+        drop(taken);
+        // Marked: the report perfkit wrote may be replaced.
+        drop(take_for_reports(&dir, &["report.html"]).unwrap());
+        // A link is never replaced, not even in a marked directory.
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("elsewhere.html", dir.join("summary.md")).unwrap();
+            let err = take_for_reports(&dir, &["report.html", "summary.md"]).unwrap_err();
+            assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
+            assert!(err.to_string().contains("summary.md"), "{err}");
+            assert!(!err.to_string().contains("report.html"), "{err}");
+        }
+        // A `.perfkit-run` that perfkit did not write proves nothing and is left as it is.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join(RUN_MARKER), b"notes\n").unwrap();
+        std::fs::write(other.join("diff.json"), b"{}").unwrap();
+        let err = take_for_reports(&other, &["diff.json"]).unwrap_err();
+        assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
+        let err = take_for_reports(&other, &["diff.html"]).unwrap_err();
+        assert!(
+            err.to_string().contains("diff.json"),
+            "an unmarked directory is marked only when it holds none of perfkit's names: {err}"
+        );
+        std::fs::rename(other.join("diff.json"), other.join("mine.json")).unwrap();
+        drop(take_for_reports(&other, &["diff.json"]).unwrap());
+        std::fs::write(other.join("diff.json"), b"{}").unwrap();
+        let err = take_for_reports(&other, &["diff.json"]).unwrap_err();
+        assert!(matches!(err, OutputDirError::Occupied { .. }), "{err}");
+        assert_eq!(std::fs::read(other.join(RUN_MARKER)).unwrap(), b"notes\n");
+        assert_eq!(std::fs::read(other.join("diff.json")).unwrap(), b"{}");
     }
 
     #[test]

@@ -106,10 +106,12 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid TOML or its `[profile]` table has a bad key or value.
-    #[error("{}: {message}", path.display())]
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     Invalid {
         /// The file.
         path: PathBuf,
+        /// The line (1-based) of the bad key or value, when known.
+        line: Option<usize>,
         /// What is wrong (from the TOML parser, it names the key).
         message: String,
     },
@@ -133,33 +135,51 @@ pub(crate) fn table_from_toml<T: ConfigTable>(
     is_cargo: bool,
     path: &Path,
 ) -> Result<T, ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid {
+    let invalid = |line: Option<usize>, message: String| ConfigError::Invalid {
         path: path.to_path_buf(),
+        line,
         message,
     };
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
+    // Parsed with spans, so that a bad value is named by its line.
+    let line_at = |offset: usize| 1 + text[..offset.min(text.len())].matches('\n').count();
+    let doc = toml::de::DeTable::parse(text)
+        .map_err(|e: toml::de::Error| invalid(None, e.to_string()))?;
+    let span = doc.span();
+    let doc = toml::Spanned::new(span, toml::de::DeValue::Table(doc.into_inner()));
     let value = if is_cargo {
         ["package", "workspace"].iter().find_map(|k| {
-            table
+            doc.get_ref()
                 .get(*k)?
+                .get_ref()
                 .get("metadata")?
+                .get_ref()
                 .get("perfkit")?
+                .get_ref()
                 .get(T::TABLE)
         })
     } else {
-        table.get(T::TABLE)
+        doc.get_ref().get(T::TABLE)
     };
     // No table: every default applies.
     let Some(value) = value else {
         return Ok(T::default());
     };
-    let config: T = value
-        .clone()
-        .try_into()
-        .map_err(|e: toml::de::Error| invalid(format!("in [{}]: {}", T::TABLE, e.message())))?;
-    config.validate().map_err(invalid)?;
+    let table_line = line_at(value.span().start);
+    let config = T::deserialize(toml::de::ValueDeserializer::from(value.clone())).map_err(
+        |e: toml::de::Error| {
+            let line = e.span().map_or(table_line, |span| line_at(span.start));
+            invalid(Some(line), format!("in [{}]: {}", T::TABLE, e.message()))
+        },
+    )?;
+    config.validate().map_err(|message| {
+        // The message names the key in backticks: point at its line.
+        let line = message
+            .split('`')
+            .nth(1)
+            .and_then(|key| value.get_ref().get(key))
+            .map_or(table_line, |v| line_at(v.span().start));
+        invalid(Some(line), message)
+    })?;
     Ok(config)
 }
 
@@ -184,7 +204,11 @@ pub(crate) fn discover_table<T: ConfigTable>(
     } else {
         start
     };
-    let start = std::path::absolute(start).unwrap_or_else(|_| start.to_path_buf());
+    // The real path: `std::path::absolute` keeps `..`, so that the ancestors of `../run` would
+    // pass through the current directory, which is not above the run.
+    let start = std::fs::canonicalize(start)
+        .or_else(|_| std::path::absolute(start))
+        .unwrap_or_else(|_| start.to_path_buf());
     for dir in start.ancestors() {
         let toml_file = dir.join("perfkit.toml");
         if toml_file.is_file() {

@@ -165,8 +165,8 @@ pub fn scan_file(
                 }
             }
             if op.kind == OpKind::Copy(Direction::H2D) && op.pinned == Some(true) && timed {
-                scan.pinned_h2d_bytes += op.bytes;
-                scan.pinned_h2d_gpu_ns += gpu_ns;
+                scan.pinned_h2d_bytes = scan.pinned_h2d_bytes.saturating_add(op.bytes);
+                scan.pinned_h2d_gpu_ns = scan.pinned_h2d_gpu_ns.saturating_add(gpu_ns);
             }
             let kind = match op.kind {
                 OpKind::Copy(Direction::D2H) => SiteKind::D2H,
@@ -246,9 +246,11 @@ pub fn scan_file(
         let s = &mut acc[op.site as usize];
         debug_assert_eq!(s.kind, op.kind);
         s.count += 1;
-        s.bytes += op.bytes;
-        s.host_ns += op.host_end - op.host_start;
-        s.gpu_ns += op.gpu_ns;
+        s.bytes = s.bytes.saturating_add(op.bytes);
+        s.host_ns = s
+            .host_ns
+            .saturating_add(op.host_end.saturating_sub(op.host_start));
+        s.gpu_ns = s.gpu_ns.saturating_add(op.gpu_ns);
         s.gpu_end_at_host_return += u64::from(op.gpu_end_at_host_return);
         if hit.insert((op.site, step)) {
             s.steps_hit += 1;

@@ -102,7 +102,7 @@ fn profile_table_overrides_defaults_and_rejects_unknown_keys() {
 
     let err = ProfileConfig::from_toml("[profile]\nidle-shar = 0.3\n", false, p).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("perfkit.toml: "), "{msg}");
+    assert!(msg.starts_with("perfkit.toml:2: "), "{msg}");
     assert!(msg.contains("idle-shar"), "{msg}");
 
     let err = ProfileConfig::from_toml("[profile]\nmemory-share = 1.5\n", false, p).unwrap_err();
@@ -152,6 +152,57 @@ fn discover_finds_the_nearest_perfkit_toml() {
         err.to_string().contains("a/perfkit.toml") || err.to_string().contains("a\\perfkit.toml"),
         "{err}"
     );
+}
+
+/// A bad value in `[profile]` or `[check]` is named by the file and line it is on, in a
+/// `perfkit.toml` as in a `Cargo.toml`.
+#[test]
+fn a_bad_value_is_named_by_its_line() {
+    let p = Path::new("perfkit.toml");
+    let err = ProfileConfig::from_toml(
+        "# thresholds\n[profile]\nidle-share = 0.3\nsmall-copy-bytes = \"x\"\n",
+        false,
+        p,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.starts_with("perfkit.toml:4: "), "{err}");
+    let err = ProfileConfig::from_toml("[profile]\n\nutilization = 5.0\n", false, p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("perfkit.toml:3: "), "{err}");
+    assert!(err.contains("`utilization`"), "{err}");
+    let err = crate::gate::CheckConfig::from_toml(
+        "[package]\nname = \"x\"\n[package.metadata.perfkit.check]\nmin-effect = \"5%\"\n",
+        true,
+        Path::new("Cargo.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.starts_with("Cargo.toml:4: "), "{err}");
+    let err = crate::gate::CheckConfig::from_toml("[check]\nbogus = 1\n", false, p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("perfkit.toml:2: "), "{err}");
+    // Syntax errors already say where they are.
+    let err = ProfileConfig::from_toml("[profile]\nidle-share = [\n", false, p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 2"), "{err}");
+}
+
+/// `perfkit report ../run` from a directory with its own perfkit.toml: `..` is a step up from
+/// the current directory, not from the run, so that file is not above the run and not used.
+#[test]
+fn discover_walks_up_the_real_path_not_through_dot_dot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let here = dir.path().join("here");
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&here).expect("mkdir");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    std::fs::write(here.join("perfkit.toml"), "[profile]\nmin-share = 0.3\n").expect("write");
+    let found = ProfileConfig::discover(&here.join("..").join("run")).expect("discover");
+    assert_eq!(found, ProfileConfig::default());
 }
 
 #[test]
