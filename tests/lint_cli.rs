@@ -1120,3 +1120,44 @@ fn absolute_paths_are_reported_relative_to_the_current_directory() {
         "{path}"
     );
 }
+
+/// `cd here && perfkit lint ../other`: `here` is not above `other`, so neither its `perfkit.toml`
+/// nor its `pyproject.toml` applies there (the ancestors of `here/../other` are taken on disk, not
+/// through `here`).
+#[test]
+fn a_path_through_dot_dot_takes_the_configuration_above_it_not_the_current_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let here = dir.path().join("here");
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&here).expect("mkdir here");
+    std::fs::create_dir_all(&other).expect("mkdir other");
+    std::fs::write(here.join("perfkit.toml"), "ignore = [\"PK101\"]\n").expect("write config");
+    std::fs::write(here.join("pyproject.toml"), "[project]\nname = \"here\"\n").expect("write");
+    std::fs::write(
+        other.join("train.py"),
+        "import torch\n\n\
+         def train(model, opt, loader):\n\
+         \x20   for x, y in loader:\n\
+         \x20       loss = model(x, y)\n\
+         \x20       loss.backward()\n\
+         \x20       opt.step()\n\
+         \x20       print(loss.item())\n",
+    )
+    .expect("write train.py");
+    let out = run(perfkit_in(&here).args(["lint", "--format", "json", "../other"]));
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("json report");
+    let codes: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"PK101"), "{}\n{}", out.stdout, out.stderr);
+    // From inside `other`, the same file is linted the same way.
+    let inside = run(perfkit_in(&other).args(["lint", "--format", "json", "."]));
+    let inside: serde_json::Value = serde_json::from_str(&inside.stdout).expect("json report");
+    assert_eq!(
+        report["findings"].as_array().map(Vec::len),
+        inside["findings"].as_array().map(Vec::len)
+    );
+}

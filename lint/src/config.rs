@@ -322,7 +322,7 @@ pub(crate) fn discover_cached(
     dir: &Path,
     cache: &mut std::collections::HashMap<PathBuf, Option<PathBuf>>,
 ) -> Option<PathBuf> {
-    let absolute = std::path::absolute(dir).ok()?;
+    let absolute = crate::walk::absolute_path(dir);
     let mut visited = Vec::new();
     let mut found = None;
     for ancestor in absolute.ancestors() {

@@ -317,7 +317,7 @@ struct Crates {
 /// Adds `file` to the job of its crate or package, unless its configuration excludes it.
 fn add_file(crates: &mut Crates, file: PathBuf, root: PathBuf, python: bool, config: Arc<Config>) {
     if config.excludes_any() {
-        let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
+        let absolute = crate::walk::absolute_path(&file);
         if config.is_excluded(&absolute) {
             return;
         }
@@ -941,7 +941,7 @@ fn package_frameworks(table: Option<&toml::Table>) -> (Frameworks, bool) {
 /// Whether `path` belongs to an integration-test or benchmark target of the package at `root`: it
 /// lies under the package's own `tests/` or `benches/` directory (`src/tests/` is library code).
 fn is_test_target(root: &Path, path: &Path) -> bool {
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let absolute = crate::walk::absolute_path(path);
     let Ok(relative) = absolute.strip_prefix(root) else {
         return false;
     };

@@ -253,6 +253,28 @@ pub(crate) fn io_message(err: &std::io::Error) -> String {
     }
 }
 
+/// `path` made absolute so that its ancestors are the directories above it. `std::path::absolute`
+/// keeps `..` steps, so the ancestors of `here/../other/x.py` would pass through `here`, which is
+/// not above `other`: a path with a `..` step has its directory resolved on disk (a `..` after a
+/// symbolic link steps up from where the link leads, as the kernel takes it). A path without one
+/// costs no system call.
+pub(crate) fn absolute_path(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    if !absolute
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return absolute;
+    }
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => match std::fs::canonicalize(dir) {
+            Ok(dir) => dir.join(name),
+            Err(_) => absolute,
+        },
+        _ => std::fs::canonicalize(&absolute).unwrap_or(absolute),
+    }
+}
+
 /// Maps files to their crate root: the directory of the nearest `Cargo.toml` above them, or the file
 /// itself when there is none. Directory lookups are cached.
 pub(crate) struct CrateFinder {
@@ -268,7 +290,7 @@ impl CrateFinder {
 
     /// The crate root of `file` (its package directory, or the file itself).
     pub(crate) fn crate_of(&mut self, file: &Path) -> PathBuf {
-        let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+        let absolute = absolute_path(file);
         let dir = absolute.parent().map(Path::to_path_buf).unwrap_or_default();
         match self.package_dir(&dir) {
             Some(package) => package,

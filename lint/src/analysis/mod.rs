@@ -469,12 +469,11 @@ impl<'a> CrateContext<'a> {
     /// A file's path relative to the package root (the path itself when it lies elsewhere).
     pub fn package_path(&self, file: FileId) -> &'a Path {
         let path = self.file(file).path();
-        std::path::absolute(path)
+        let abs = crate::walk::absolute_path(path);
+        let root = crate::walk::absolute_path(self.root);
+        abs.strip_prefix(&root)
             .ok()
-            .and_then(|abs| {
-                let root = std::path::absolute(self.root).ok()?;
-                abs.strip_prefix(&root).ok().map(|rel| rel.to_path_buf())
-            })
+            .map(|rel| rel.to_path_buf())
             .map(|rel| -> &'a Path {
                 // Interned for the context's lifetime in the file's name arena.
                 let text = rel.to_string_lossy();

@@ -1408,7 +1408,7 @@ impl Hasher for NameHasher {
 /// `Some("examples/x")`, `Some("src/bin/x")`, `Some("tests/x")`, `Some("benches/x")` for the others.
 /// Each target is its own crate: an example cannot call a function of another example.
 fn build_target(root: &Path, path: &Path) -> Option<String> {
-    let absolute = std::path::absolute(path).ok()?;
+    let absolute = crate::walk::absolute_path(path);
     let relative = absolute.strip_prefix(root).ok()?;
     let parts: Vec<&str> = relative
         .components()

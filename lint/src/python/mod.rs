@@ -1643,7 +1643,7 @@ pub enum Device {
 /// The package root of a Python file: the nearest directory above it with a `pyproject.toml`,
 /// `setup.py` or `setup.cfg`, else the file's own directory.
 pub(crate) fn package_root(file: &Path, cache: &mut HashMap<PathBuf, Option<PathBuf>>) -> PathBuf {
-    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let absolute = crate::walk::absolute_path(file);
     let dir = absolute.parent().map(Path::to_path_buf).unwrap_or_default();
     match project_dir(&dir, cache) {
         Some(root) => root,
