@@ -389,10 +389,12 @@ impl<'a> Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    /// Enters one more level of nesting at byte `at`; false (and recorded) past [`MAX_NESTING`].
-    fn deeper(&mut self, at: usize) -> bool {
+    /// Enters one more level of nesting; false (and `node`'s start recorded) past
+    /// [`MAX_NESTING`]. The node's range is read only then: every statement and expression passes
+    /// here.
+    fn deeper(&mut self, node: &impl Ranged) -> bool {
         if self.depth >= MAX_NESTING {
-            self.facts.too_deep.get_or_insert(at);
+            self.facts.too_deep.get_or_insert(node.start().to_usize());
             return false;
         }
         self.depth += 1;
@@ -402,7 +404,7 @@ impl<'a> Collector<'a> {
 
 impl<'a> Visitor<'a> for Collector<'a> {
     fn visit_stmt(&mut self, stmt: &'a Stmt) {
-        if !self.deeper(stmt.start().to_usize()) {
+        if !self.deeper(stmt) {
             return;
         }
         self.visit_stmt_nested(stmt);
@@ -410,7 +412,7 @@ impl<'a> Visitor<'a> for Collector<'a> {
     }
 
     fn visit_expr(&mut self, expr: &'a Expr) {
-        if !self.deeper(expr.start().to_usize()) {
+        if !self.deeper(expr) {
             return;
         }
         self.visit_expr_nested(expr);
