@@ -49,15 +49,23 @@ pub const REPORT_FILES: [&str; 8] = [
 /// run ([`REPORT_FILES`]), those of `perfkit diff --out` and those of `perfkit demo`. A marker
 /// vouches for the files under these names, so it is written only into a directory that holds
 /// none of them yet (see [`take_for_reports`]).
-pub const MARKED_FILES: [&str; 16] = [
-    SUMMARY_FILE,
-    "summary.md",
-    "stacks-host.folded",
-    "stacks-gpu.folded",
-    "flamegraph-host.svg",
-    "flamegraph-gpu.svg",
-    "trace.chrome.json",
-    "report.html",
+pub const MARKED_FILES: [&str; 16] = {
+    let mut all = [""; 16];
+    let mut i = 0;
+    while i < REPORT_FILES.len() {
+        all[i] = REPORT_FILES[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < OTHER_MARKED_FILES.len() {
+        all[i + j] = OTHER_MARKED_FILES[j];
+        j += 1;
+    }
+    all
+};
+
+/// The names of [`MARKED_FILES`] beyond a run's reports: `perfkit diff --out` and `perfkit demo`.
+const OTHER_MARKED_FILES: [&str; 8] = [
     "diff.json",
     "diff.html",
     "diff-flamegraph-host.svg",
