@@ -101,3 +101,9 @@ pub struct FileError {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
 }
+
+/// The line (1-based) of byte `at` of `text`: the file errors found before or instead of parsing
+/// (a pre-scan, a TOML error) are placed by counting newlines.
+pub(crate) fn line_at_offset(text: &[u8], at: usize) -> usize {
+    memchr::memchr_iter(b'\n', &text[..at.min(text.len())]).count() + 1
+}

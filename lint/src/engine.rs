@@ -41,6 +41,9 @@ struct CrateJob {
     files: Vec<PathBuf>,
     config: Arc<Config>,
     bytes: u64,
+    /// A Rust crate's `Cargo.toml`, read once for the run (see [`cargo_manifest`]); `Ok(None)`
+    /// for a Python package or a crate without one.
+    manifest: Result<Option<toml::Table>, FileError>,
 }
 
 #[derive(Default)]
@@ -136,6 +139,9 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
             .then_with(|| a.root.cmp(&b.root))
             .then_with(|| a.python.cmp(&b.python))
     });
+    for job in jobs.iter_mut().filter(|job| !job.python) {
+        job.manifest = cargo_manifest(&job.root);
+    }
     let total: usize = jobs.iter().map(|j| j.files.len()).sum();
     let done = AtomicUsize::new(0);
     let feeders = workspace_feeders(&jobs);
@@ -331,6 +337,7 @@ fn add_file(crates: &mut Crates, file: PathBuf, root: PathBuf, python: bool, con
             files: Vec::new(),
             config,
             bytes: 0,
+            manifest: Ok(None),
         });
         jobs.len() - 1
     });
@@ -585,11 +592,14 @@ fn lint_crate(
             facts,
         });
     }
-    let manifest = cargo_manifest(&job.root).unwrap_or_else(|err| {
-        output.errors.push(err);
-        None
-    });
-    let (mut crate_frameworks, framework_package) = package_frameworks(manifest.as_ref());
+    let manifest = match &job.manifest {
+        Ok(table) => table.as_ref(),
+        Err(err) => {
+            output.errors.push(err.clone());
+            None
+        }
+    };
+    let (mut crate_frameworks, framework_package) = package_frameworks(manifest);
     let analysis = CrateAnalysis::build(
         &job.root,
         &files,
@@ -733,9 +743,9 @@ fn workspace_feeders(jobs: &[CrateJob]) -> Vec<Vec<usize>> {
     let manifests: Vec<Option<Manifest>> = jobs
         .iter()
         .map(|j| {
-            (!j.python && j.root.is_dir())
-                .then(|| Manifest::read(&j.root))
-                .flatten()
+            // A manifest that cannot be read is reported once, by the crate's own lint.
+            let table = j.manifest.as_ref().ok()?.as_ref()?;
+            Manifest::from_table(&j.root, table)
         })
         .collect();
     let unpublished: HashMap<PathBuf, usize> = manifests
@@ -802,9 +812,9 @@ struct Manifest {
 }
 
 impl Manifest {
-    fn read(root: &Path) -> Option<Manifest> {
-        // A manifest that cannot be read is reported once, by the crate's own lint.
-        let table = cargo_manifest(root).ok()??;
+    /// What the `Cargo.toml` of the package at `root` says; `None` for a workspace root without
+    /// a package.
+    fn from_table(root: &Path, table: &toml::Table) -> Option<Manifest> {
         let package = table.get("package")?;
         let mut workspace: Option<Option<(PathBuf, toml::Table)>> = None;
         let mut workspace_table = || -> Option<(PathBuf, toml::Table)> {
@@ -893,7 +903,7 @@ fn cargo_manifest(root: &Path) -> Result<Option<toml::Table>, FileError> {
     text.parse::<toml::Table>().map(Some).map_err(|err| {
         let line = err
             .span()
-            .map(|span| 1 + memchr::memchr_iter(b'\n', &text.as_bytes()[..span.start]).count());
+            .map(|span| crate::diagnostic::line_at_offset(text.as_bytes(), span.start));
         FileError {
             path,
             message: format!(
@@ -1093,7 +1103,7 @@ fn too_deep_line(source: &str) -> Option<usize> {
                 depth = (depth + open - close).max(0);
                 if depth > limit {
                     let at = start + offset;
-                    return Some(memchr::memchr_iter(b'\n', &bytes[..at]).count() + 1);
+                    return Some(crate::diagnostic::line_at_offset(bytes, at));
                 }
             }
         }
@@ -1145,17 +1155,21 @@ mod tests {
             "app/Cargo.toml",
             "[package]\nname = \"app\"\npublish = [\"internal\"]\n[dependencies]\ncore.workspace = true\nother = { path = \"../other\" }\nserde = \"1\"\n",
         );
-        let core = Manifest::read(&root.join("core")).expect("core manifest");
+        let read = |dir: &Path| {
+            let table = cargo_manifest(dir).expect("valid").expect("present");
+            Manifest::from_table(dir, &table)
+        };
+        let core = read(&root.join("core")).expect("core manifest");
         assert!(!core.publish);
         assert!(core.path_deps.is_empty());
-        let app = Manifest::read(&root.join("app")).expect("app manifest");
+        let app = read(&root.join("app")).expect("app manifest");
         assert!(app.publish);
         assert_eq!(
             app.path_deps,
             vec![root.join("core"), root.join("app").join("../other")]
         );
         // A workspace root without a package is no package.
-        assert!(Manifest::read(root).is_none());
+        assert!(read(root).is_none());
     }
 
     #[test]

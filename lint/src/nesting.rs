@@ -21,7 +21,7 @@ pub(crate) const MAX_NEST_TOKENS: usize = 8192;
 pub(crate) fn too_deep_line(source: &str) -> Option<usize> {
     let bytes = source.as_bytes();
     let at = too_deep_offset(bytes)?;
-    Some(memchr::memchr_iter(b'\n', &bytes[..at]).count() + 1)
+    Some(crate::diagnostic::line_at_offset(bytes, at))
 }
 
 /// Byte classes: a byte of a word (identifier, keyword or number; any non-ASCII byte too, as it
