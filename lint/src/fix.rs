@@ -146,9 +146,13 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
     };
     let original = std::fs::read_to_string(path).map_err(io_error)?;
     // Offsets computed on other text would edit the wrong places, and the result may still parse.
+    // The file is hashed once, and only when a fix carries a fingerprint.
+    let mut current = None;
     if fixes.iter().any(|fix| {
-        fix.linted
-            .is_some_and(|linted| linted != crate::diagnostic::source_fingerprint(&original))
+        fix.linted.is_some_and(|linted| {
+            linted
+                != *current.get_or_insert_with(|| crate::diagnostic::source_fingerprint(&original))
+        })
     }) {
         return Err(FixError::Changed {
             path: path.to_path_buf(),
