@@ -28,7 +28,7 @@ use perfkit_kernels::train::{AntiPatterns, DeviceChoice, Progress, TrainConfig, 
 use perfkit_lint::output::normalize as clean;
 use perfkit_lint::output::{self, Format as LintFormat, RenderOptions as LintRender};
 use perfkit_lint::{LintOptions, RuleMeta};
-use perfkit_profiler::launch::{REPORT_FILES, check_for_reports, take_for_reports};
+use perfkit_profiler::launch::{DIFF_FILES, REPORT_FILES, check_for_reports, take_for_reports};
 use perfkit_reports::render::{self, Format, RenderOptions};
 use perfkit_reports::rules::{self, ProfileConfig};
 use perfkit_reports::{AnalyzeOptions, Finding};
@@ -103,16 +103,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let outputs = [
         (&tuned, &run_files[..]),
         (&anti, &run_files[..]),
-        (
-            &diff_dir,
-            &[
-                "diff.txt",
-                "diff.json",
-                "diff.html",
-                "diff-flamegraph-host.svg",
-                "diff-flamegraph-gpu.svg",
-            ][..],
-        ),
+        (&diff_dir, &DIFF_FILES[..]),
         (&out, &["lint.txt", "lint.sarif"][..]),
     ];
     for (dir, names) in outputs {

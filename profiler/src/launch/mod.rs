@@ -29,7 +29,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant, SystemTime};
 
 pub use outdir::{
-    MARKED_FILES, OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, ReportDir,
+    DIFF_FILES, MARKED_FILES, OutputDir, OutputDirError, REPORT_FILES, RUN_MARKER, ReportDir,
     check_for_reports, default_dir_name, take_for_reports,
 };
 pub use signals::ReceivedSignal;

@@ -57,24 +57,31 @@ pub const MARKED_FILES: [&str; 16] = {
         i += 1;
     }
     let mut j = 0;
-    while j < OTHER_MARKED_FILES.len() {
-        all[i + j] = OTHER_MARKED_FILES[j];
+    while j < DIFF_FILES.len() {
+        all[i + j] = DIFF_FILES[j];
         j += 1;
+    }
+    let mut k = 0;
+    while k < DEMO_FILES.len() {
+        all[i + j + k] = DEMO_FILES[k];
+        k += 1;
     }
     all
 };
 
-/// The names of [`MARKED_FILES`] beyond a run's reports: `perfkit diff --out` and `perfkit demo`.
-const OTHER_MARKED_FILES: [&str; 8] = [
+/// The files `perfkit diff --out` writes (the flamegraphs only where both runs have such stacks)
+/// and `perfkit demo` writes into its `diff/` directory.
+pub const DIFF_FILES: [&str; 5] = [
     "diff.json",
     "diff.html",
     "diff-flamegraph-host.svg",
     "diff-flamegraph-gpu.svg",
     "diff.txt",
-    "lint.txt",
-    "lint.sarif",
-    "train.log",
 ];
+
+/// The names of [`MARKED_FILES`] only `perfkit demo` writes: its lint reports, and each run's
+/// program output.
+const DEMO_FILES: [&str; 3] = ["lint.txt", "lint.sarif", "train.log"];
 
 /// The first line of [`RUN_MARKER`].
 const MARKER_HEADER: &str = "perfkit run directory";
