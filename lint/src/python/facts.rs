@@ -278,6 +278,25 @@ impl<'a> Collector<'a> {
 
     /// Records that the statements of a branch run once when the branch ends by leaving (see
     /// [`leaving_block`]); a block inside one that leaves keeps the stronger of the two.
+    /// The body of an `if`, `elif` or `else` (`test` is `None`): under a `% N` guard or an
+    /// `if param == literal:` branch when its test is one, and noting whether it leaves.
+    fn visit_branch(&mut self, test: Option<&'a Expr>, body: &'a [Stmt]) {
+        let (saved, saved_leaves, saved_branch) = (self.guard, self.leaves, self.branch);
+        if test.is_some_and(is_modulo_guard) {
+            self.guard = Some(self.loops.len());
+        }
+        if let Some(branch) = test.and_then(equality_branch) {
+            self.branch = Some(branch);
+        }
+        self.enter_block(body);
+        for s in body {
+            self.visit_stmt(s);
+        }
+        self.guard = saved;
+        self.leaves = saved_leaves;
+        self.branch = saved_branch;
+    }
+
     fn enter_block(&mut self, body: &[Stmt]) {
         if let Some(depth) = leaving_block(body, self.loops.len()) {
             self.leaves = Some(self.leaves.map_or(depth, |d| d.min(depth)));
@@ -534,43 +553,13 @@ impl<'a> Collector<'a> {
             }
             Stmt::If(i) => {
                 self.visit_expr(&i.test);
-                let saved = self.guard;
-                let saved_leaves = self.leaves;
-                let saved_branch = self.branch;
-                if is_modulo_guard(&i.test) {
-                    self.guard = Some(self.loops.len());
-                }
-                if let Some(branch) = equality_branch(&i.test) {
-                    self.branch = Some(branch);
-                }
-                self.enter_block(&i.body);
-                for s in &i.body {
-                    self.visit_stmt(s);
-                }
-                self.guard = saved;
-                self.leaves = saved_leaves;
-                self.branch = saved_branch;
+                self.visit_branch(Some(&i.test), &i.body);
                 for clause in &i.elif_else_clauses {
                     if let Some(test) = &clause.test {
                         self.visit_expr(test);
                     }
                     // `elif step % N == 0:` guards its own body like an `if`.
-                    let saved = self.guard;
-                    let saved_leaves = self.leaves;
-                    let saved_branch = self.branch;
-                    if clause.test.as_ref().is_some_and(is_modulo_guard) {
-                        self.guard = Some(self.loops.len());
-                    }
-                    if let Some(branch) = clause.test.as_ref().and_then(equality_branch) {
-                        self.branch = Some(branch);
-                    }
-                    self.enter_block(&clause.body);
-                    for s in &clause.body {
-                        self.visit_stmt(s);
-                    }
-                    self.guard = saved;
-                    self.leaves = saved_leaves;
-                    self.branch = saved_branch;
+                    self.visit_branch(clause.test.as_ref(), &clause.body);
                 }
             }
             Stmt::With(w) => {
