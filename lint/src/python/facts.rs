@@ -63,14 +63,14 @@ pub struct PyCall<'a> {
     /// Enclosing loops, outermost first (shared by the facts of one loop nest).
     pub loops: Rc<[usize]>,
     /// The number of loops around the innermost `if step % N == 0` guard around the call.
-    pub guard: Option<usize>,
+    pub guard: Option<u32>,
     /// Inside a block that ends by leaving (see [`leaving_block`]): `Some(0)` when it leaves the
     /// program or unwinds (`raise`, `sys.exit(..)`), `Some(n)` when it `break`s out of the loop
     /// `loops[n - 1]`. Such a block runs once, not on every iteration.
-    pub leaves: Option<usize>,
-    /// The innermost branch `if name == literal:` (or `elif`) of its function around the call,
-    /// as (name, literal).
-    pub branch: Option<(&'a str, &'a Expr)>,
+    pub leaves: Option<u32>,
+    /// The test of the innermost branch `if name == literal:` (or `elif`) of its function around
+    /// the call (see [`PyCall::branch`]).
+    branch_test: Option<&'a Expr>,
     /// Under `torch.no_grad()` / `torch.inference_mode()`.
     pub no_grad: bool,
     pub in_test: bool,
@@ -84,7 +84,13 @@ pub struct PyCall<'a> {
     pub string_arg: bool,
 }
 
-impl PyCall<'_> {
+impl<'a> PyCall<'a> {
+    /// The innermost branch `if name == literal:` (or `elif`) of its function around the call,
+    /// as (name, literal).
+    pub fn branch(&self) -> Option<(&'a str, &'a Expr)> {
+        self.branch_test.and_then(equality_branch)
+    }
+
     /// A short name for notes: `train_one_epoch`, `self.log`.
     pub fn display_name(&self) -> String {
         self.path
@@ -257,8 +263,8 @@ struct Collector<'a> {
     guard: Option<usize>,
     /// See [`PyCall::leaves`].
     leaves: Option<usize>,
-    /// See [`PyCall::branch`].
-    branch: Option<(&'a str, &'a Expr)>,
+    /// See [`PyCall::branch`]: the test of the innermost `if name == literal:`.
+    branch: Option<&'a Expr>,
     no_grad: usize,
     test: bool,
     test_depth: usize,
@@ -285,8 +291,8 @@ impl<'a> Collector<'a> {
         if test.is_some_and(is_modulo_guard) {
             self.guard = Some(self.loops.len());
         }
-        if let Some(branch) = test.and_then(equality_branch) {
-            self.branch = Some(branch);
+        if let Some(test) = test.filter(|t| equality_branch(t).is_some()) {
+            self.branch = Some(test);
         }
         self.enter_block(body);
         for s in body {
@@ -408,6 +414,17 @@ impl<'a> Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
+    /// Walks a child expression. A leaf is passed over without a call (it holds nothing to
+    /// record), noting only, as walking it would, that it lies past [`MAX_NESTING`].
+    #[inline]
+    fn child(&mut self, expr: &'a Expr) {
+        if !is_leaf(expr) {
+            self.visit_expr(expr);
+        } else if self.depth >= MAX_NESTING {
+            self.facts.too_deep.get_or_insert(expr.start().to_usize());
+        }
+    }
+
     /// Enters one more level of nesting; false (and `node`'s start recorded) past
     /// [`MAX_NESTING`]. The node's range is read only then: every statement and expression passes
     /// here.
@@ -677,17 +694,66 @@ impl<'a> Collector<'a> {
                     func_name,
                     fn_idx: self.fn_idx(),
                     loops,
-                    guard: self.guard,
-                    leaves: self.leaves,
-                    branch: self.branch,
+                    guard: self.guard.map(|g| g as u32),
+                    leaves: self.leaves.map(|l| l as u32),
+                    branch_test: self.branch,
                     no_grad: self.no_grad > 0,
                     in_test: self.in_test(),
                     in_comprehension: self.comprehension > 0,
                     number_arg,
                     string_arg,
                 });
-                visitor::walk_expr(self, expr);
+                self.child(&call.func);
+                for arg in &call.arguments.args {
+                    self.child(arg);
+                }
+                for keyword in &call.arguments.keywords {
+                    self.child(&keyword.value);
+                }
             }
+            Expr::Attribute(attr) => {
+                // `a.b.c`: down the chain to its base, which a name or a literal ends (most do).
+                let mut base = &*attr.value;
+                let mut links = 1;
+                while let Expr::Attribute(inner) = base {
+                    base = &inner.value;
+                    links += 1;
+                }
+                if is_leaf(base) && self.depth + links <= MAX_NESTING {
+                    return;
+                }
+                self.child(&attr.value);
+            }
+            Expr::BinOp(bin) => {
+                self.child(&bin.left);
+                self.child(&bin.right);
+            }
+            Expr::Compare(cmp) => {
+                self.child(&cmp.left);
+                for e in &cmp.comparators {
+                    self.child(e);
+                }
+            }
+            Expr::Subscript(sub) => {
+                self.child(&sub.value);
+                self.child(&sub.slice);
+            }
+            Expr::Tuple(tuple) => {
+                for e in &tuple.elts {
+                    self.child(e);
+                }
+            }
+            Expr::List(list) => {
+                for e in &list.elts {
+                    self.child(e);
+                }
+            }
+            Expr::BoolOp(bool_op) => {
+                for e in &bool_op.values {
+                    self.child(e);
+                }
+            }
+            Expr::UnaryOp(unary) => self.child(&unary.operand),
             Expr::Lambda(_) => {
                 // A lambda's body runs when it is called, not here; its calls are still recorded.
                 visitor::walk_expr(self, expr);
@@ -698,16 +764,24 @@ impl<'a> Collector<'a> {
                 self.comprehension -= 1;
             }
             // Leaves hold no call: nothing to record, nothing to walk.
-            Expr::Name(_)
+            expr if is_leaf(expr) => {}
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+}
+
+/// A name or a literal: an expression with no expression inside it.
+fn is_leaf(expr: &Expr) -> bool {
+    matches!(
+        expr,
+        Expr::Name(_)
             | Expr::StringLiteral(_)
             | Expr::BytesLiteral(_)
             | Expr::NumberLiteral(_)
             | Expr::BooleanLiteral(_)
             | Expr::NoneLiteral(_)
-            | Expr::EllipsisLiteral(_) => {}
-            _ => visitor::walk_expr(self, expr),
-        }
-    }
+            | Expr::EllipsisLiteral(_)
+    )
 }
 
 /// `torch.no_grad`, `torch.inference_mode`, `no_grad`.

@@ -323,8 +323,21 @@ pub struct PyContext<'a> {
     has_step_loop: Vec<Vec<bool>>,
     /// Functions by name: (file, fn index), module-level functions and methods apart.
     by_name: FxHashMap<&'a str, NamedFns>,
-    /// Per file, per call: the functions it may run (see [`PyContext::targets`]).
-    call_targets: Vec<Vec<Vec<(usize, usize)>>>,
+    /// The calls that link functions of the package or mark steps, in package order: every call
+    /// with a step marker or with targets (see [`PyContext::targets`]). Most calls have neither
+    /// (`torch.zeros(..)`, `x.view(..)`), so the analysis's passes read this list, not every call.
+    linked: Vec<LinkedCall>,
+    /// Per file, the range of [`PyContext::linked`] that holds its calls.
+    linked_by_file: Vec<std::ops::Range<usize>>,
+    /// Per file: one of its calls asks for the devices (`torch.cuda.is_available()`,
+    /// `device_count()`), which lets it choose a GPU index.
+    checks_devices: Vec<bool>,
+    /// Calls outside tests with a number or string literal among their arguments
+    /// (`.cuda(0)`, `batch_size=8`, `strategy="dp"`): (file, call index), in package order.
+    literal_calls: Vec<(u32, u32)>,
+    /// The first call outside tests, in package order, that builds an optimizer (see
+    /// [`PyContext::first_optimizer`]).
+    first_optimizer: Option<(u32, u32)>,
     /// The calls of each name of [`INDEXED_NAMES`], then of each suffix of [`INDEXED_SUFFIXES`]
     /// (see [`PyContext::calls_named`]): (file, call index), in package order.
     calls_by_name: Vec<Vec<(u32, u32)>>,
@@ -407,7 +420,26 @@ fn indexed_slot(name: &str) -> Option<usize> {
 }
 
 /// The callee-name suffixes the rules look up through [`PyContext::calls_named_ending`].
-const INDEXED_SUFFIXES: &[&str] = &["DataLoader", "Trainer", "Fabric"];
+const INDEXED_SUFFIXES: &[&str] = &["DataLoader", "Trainer", "Fabric", "DataParallel"];
+
+/// Whether a call builds an optimizer: a constructor of `torch.optim` (or a known optimizer
+/// class) called by its plain name or through a path that names `optim`, not a trainer.
+fn builds_optimizer(call: &PyCall<'_>) -> bool {
+    let Some(path) = call.path.as_deref() else {
+        return false;
+    };
+    // Asked of every call of the package: most are passed over on their first byte (a plain
+    // name is a constructor only as a class name, with a capital) or on a search for `optim`.
+    let plain = call.func_name.is_some();
+    if plain && !path.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return false;
+    }
+    if !plain && !path.as_bytes().windows(5).any(|w| w == b"optim") {
+        return false;
+    }
+    let trainer = path.ends_with("Trainer") || path.ends_with("Fabric");
+    !trainer && names::is_optimizer_constructor(path)
+}
 
 /// The last name of a call's callee: `item` of `loss.item()`, `float` of `float(t)`.
 fn call_name<'a>(call: &PyCall<'a>) -> Option<&'a str> {
@@ -428,19 +460,54 @@ struct NamedFns {
     methods: Vec<(usize, usize)>,
 }
 
-/// The targets, unless there are more than [`MAX_TARGETS`] (the name is too common to tell).
-fn capped(targets: impl Iterator<Item = (usize, usize)>) -> Vec<(usize, usize)> {
-    // Gathered on the stack: a name with too many targets (`forward`) allocates nothing.
-    let mut found = [(0, 0); MAX_TARGETS];
-    let mut n = 0;
-    for target in targets {
-        if n == MAX_TARGETS {
-            return Vec::new();
-        }
-        found[n] = target;
-        n += 1;
+/// The functions a call may run: at most [`MAX_TARGETS`], held inline (most calls have none,
+/// and none allocates).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Targets {
+    found: [(usize, usize); MAX_TARGETS],
+    len: usize,
+}
+
+impl Targets {
+    pub fn as_slice(&self) -> &[(usize, usize)] {
+        &self.found[..self.len]
     }
-    found[..n].to_vec()
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl IntoIterator for Targets {
+    type Item = (usize, usize);
+    type IntoIter = std::iter::Take<std::array::IntoIter<(usize, usize), MAX_TARGETS>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.found.into_iter().take(self.len)
+    }
+}
+
+/// The targets, unless there are more than [`MAX_TARGETS`] (the name is too common to tell).
+fn capped(targets: impl Iterator<Item = (usize, usize)>) -> Targets {
+    let mut found = Targets::default();
+    for target in targets {
+        if found.len == MAX_TARGETS {
+            return Targets::default();
+        }
+        found.found[found.len] = target;
+        found.len += 1;
+    }
+    found
+}
+
+/// A call that links functions of the package or marks a step (see [`PyContext::linked`]).
+struct LinkedCall {
+    file: usize,
+    /// Its index in its file's calls.
+    call: usize,
+    /// A step marker (see [`PyContext::is_marker`]); only asked of calls in a function or a loop.
+    marker: bool,
+    targets: Targets,
 }
 
 impl<'a> PyContext<'a> {
@@ -453,28 +520,6 @@ impl<'a> PyContext<'a> {
                 match func.class {
                     None => named.functions.push((f, i)),
                     Some(_) => named.methods.push((f, i)),
-                }
-            }
-        }
-        // Most rules look for calls of a few names: an index, so that each rule reads those calls
-        // only, not every call of the package.
-        let mut calls_by_name = vec![Vec::new(); INDEXED_NAMES.len() + INDEXED_SUFFIXES.len()];
-        for (f, unit) in units.iter().enumerate() {
-            for (i, call) in unit.facts.calls.iter().enumerate() {
-                let Some(name) = call_name(call) else {
-                    continue;
-                };
-                let at = (f as u32, i as u32);
-                if let Some(slot) = indexed_slot(name) {
-                    calls_by_name[slot].push(at);
-                }
-                // The suffixes end in `r` or `c`: most names are passed over on their last byte.
-                if matches!(name.as_bytes().last(), Some(b'r' | b'c')) {
-                    for (k, suffix) in INDEXED_SUFFIXES.iter().enumerate() {
-                        if name.ends_with(suffix) {
-                            calls_by_name[INDEXED_NAMES.len() + k].push(at);
-                        }
-                    }
                 }
             }
         }
@@ -502,25 +547,65 @@ impl<'a> PyContext<'a> {
                 .map(|u| vec![false; u.facts.fns.len()])
                 .collect(),
             by_name,
-            call_targets: Vec::new(),
-            calls_by_name,
+            linked: Vec::new(),
+            linked_by_file: Vec::with_capacity(units.len()),
+            checks_devices: vec![false; units.len()],
+            literal_calls: Vec::new(),
+            first_optimizer: None,
+            calls_by_name: vec![Vec::new(); INDEXED_NAMES.len() + INDEXED_SUFFIXES.len()],
             mixed_precision: OnceLock::new(),
             cpu_only_program: OnceLock::new(),
             grad_accumulation: OnceLock::new(),
             callers: OnceLock::new(),
             classes: OnceLock::new(),
         };
-        cx.call_targets = units
-            .iter()
-            .enumerate()
-            .map(|(f, unit)| {
-                unit.facts
-                    .calls
-                    .iter()
-                    .map(|call| cx.targets(f, call))
-                    .collect()
-            })
-            .collect();
+        // One pass over every call of the package, while each is read anyway: the calls the
+        // analysis follows (markers and calls into the package's functions), and, for the rules,
+        // the calls of a few names (so that each rule reads those only, not every call), the
+        // calls with literal arguments and the first optimizer.
+        for (f, unit) in units.iter().enumerate() {
+            let first = cx.linked.len();
+            for (i, call) in unit.facts.calls.iter().enumerate() {
+                let at = (f as u32, i as u32);
+                if let Some(name) = call_name(call) {
+                    if let Some(slot) = indexed_slot(name) {
+                        cx.calls_by_name[slot].push(at);
+                    }
+                    // The suffixes end in `r`, `c` or `l`: most names are passed over on their
+                    // last byte.
+                    if matches!(name.as_bytes().last(), Some(b'r' | b'c' | b'l')) {
+                        for (k, suffix) in INDEXED_SUFFIXES.iter().enumerate() {
+                            if name.ends_with(suffix) {
+                                cx.calls_by_name[INDEXED_NAMES.len() + k].push(at);
+                            }
+                        }
+                    }
+                    if matches!(name, "is_available" | "device_count") && call.method.is_some() {
+                        cx.checks_devices[f] = true;
+                    }
+                }
+                if !call.in_test {
+                    if call.number_arg || call.string_arg {
+                        cx.literal_calls.push(at);
+                    }
+                    if cx.first_optimizer.is_none() && builds_optimizer(call) {
+                        cx.first_optimizer = Some(at);
+                    }
+                }
+                let targets = cx.targets(f, call);
+                let marker =
+                    (call.fn_idx.is_some() || !call.loops.is_empty()) && cx.is_marker(f, call);
+                if marker || !targets.is_empty() {
+                    cx.linked.push(LinkedCall {
+                        file: f,
+                        call: i,
+                        marker,
+                        targets,
+                    });
+                }
+            }
+            cx.linked_by_file.push(first..cx.linked.len());
+        }
         cx.analyse();
         cx
     }
@@ -608,16 +693,16 @@ impl<'a> PyContext<'a> {
 
     /// The functions a call may run: same-package functions of its name (`foo(..)`, `self.foo(..)`,
     /// `module.foo(..)`), methods of the caller's class first.
-    pub fn targets(&self, file: usize, call: &PyCall<'a>) -> Vec<(usize, usize)> {
+    pub fn targets(&self, file: usize, call: &PyCall<'a>) -> Targets {
         let (name, is_self) = match (call.func_name, call.method, call.receiver) {
             (Some(name), _, _) => (name, false),
             (None, Some(method), Some(Expr::Name(recv))) => {
                 (method, matches!(recv.id.as_str(), "self" | "cls"))
             }
-            _ => return Vec::new(),
+            _ => return Targets::default(),
         };
         let Some(found) = self.by_name.get(name) else {
-            return Vec::new();
+            return Targets::default();
         };
         if !is_self {
             // A plain call (a module-level function, or a class: its `__init__` is not a step), or
@@ -658,14 +743,13 @@ impl<'a> PyContext<'a> {
             .iter()
             .map(|u| vec![Vec::new(); u.facts.fns.len()])
             .collect();
-        for (f, unit) in units.iter().enumerate() {
-            for (c, call) in unit.facts.calls.iter().enumerate() {
-                let Some(fi) = call.fn_idx else { continue };
-                if self.is_marker(f, call) {
-                    reaches[f][fi] = true;
-                }
-                edges[f][fi].extend_from_slice(&self.call_targets[f][c]);
+        for linked in &self.linked {
+            let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
+            let Some(fi) = call.fn_idx else { continue };
+            if linked.marker {
+                reaches[f][fi] = true;
             }
+            edges[f][fi].extend_from_slice(linked.targets.as_slice());
         }
         let mut changed = true;
         while changed {
@@ -683,19 +767,20 @@ impl<'a> PyContext<'a> {
             }
         }
         // 2. Step loops: a marker, or a call into a reaching function, in the loop body.
-        for (f, unit) in units.iter().enumerate() {
-            for (c, call) in unit.facts.calls.iter().enumerate() {
-                if call.in_test || call.loops.is_empty() {
-                    continue;
-                }
-                let step = self.is_marker(f, call)
-                    || self.call_targets[f][c]
-                        .iter()
-                        .any(|&(g, gi)| reaches[g][gi]);
-                if step {
-                    for &l in call.loops.iter() {
-                        self.step_loop[f][l] = true;
-                    }
+        for linked in &self.linked {
+            let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
+            if call.in_test || call.loops.is_empty() {
+                continue;
+            }
+            let step = linked.marker
+                || linked
+                    .targets
+                    .as_slice()
+                    .iter()
+                    .any(|&(g, gi)| reaches[g][gi]);
+            if step {
+                for &l in call.loops.iter() {
+                    self.step_loop[f][l] = true;
                 }
             }
         }
@@ -740,18 +825,21 @@ impl<'a> PyContext<'a> {
                     }
                 }
             }
-            for (c, call) in unit.facts.calls.iter().enumerate() {
-                if call.loops.is_empty() {
-                    continue;
-                }
-                if self.call_targets[f][c]
-                    .iter()
-                    .any(|&(g, gi)| self.has_step_loop[g][gi])
-                {
-                    for &l in call.loops.iter() {
-                        if self.step_loop[f][l] {
-                            self.outer_loop[f][l] = true;
-                        }
+        }
+        for linked in &self.linked {
+            let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
+            if call.loops.is_empty() {
+                continue;
+            }
+            if linked
+                .targets
+                .as_slice()
+                .iter()
+                .any(|&(g, gi)| self.has_step_loop[g][gi])
+            {
+                for &l in call.loops.iter() {
+                    if self.step_loop[f][l] {
+                        self.outer_loop[f][l] = true;
                     }
                 }
             }
@@ -786,15 +874,14 @@ impl<'a> PyContext<'a> {
         }
         // Calls made directly in step loops.
         let mut seeds = Vec::new();
-        for (f, unit) in units.iter().enumerate() {
-            for (c, call) in unit.facts.calls.iter().enumerate() {
-                if self.call_targets[f][c].is_empty() {
-                    continue;
-                }
-                if let Some(hit) = self.loop_hit(f, call) {
-                    for &target in &self.call_targets[f][c] {
-                        seeds.push((target, hit.clone(), call.display_name()));
-                    }
+        for linked in &self.linked {
+            if linked.targets.is_empty() {
+                continue;
+            }
+            let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
+            if let Some(hit) = self.loop_hit(f, call) {
+                for target in linked.targets {
+                    seeds.push((target, hit.clone(), call.display_name()));
                 }
             }
         }
@@ -820,16 +907,16 @@ impl<'a> PyContext<'a> {
                 let Some(hit) = self.fn_hit[f][fi].clone() else {
                     continue;
                 };
-                for (c, call) in units[f].facts.calls.iter().enumerate() {
-                    if call.fn_idx != Some(fi) || call.in_test || self.call_targets[f][c].is_empty()
-                    {
+                for linked in &self.linked[self.linked_by_file[f].clone()] {
+                    let call = &units[f].facts.calls[linked.call];
+                    if call.fn_idx != Some(fi) || call.in_test || linked.targets.is_empty() {
                         continue;
                     }
                     // Calls in the function's own step loops are seeded from there.
                     if call.loops.iter().any(|&l| self.step_loop[f][l]) {
                         continue;
                     }
-                    for &(g, gi) in &self.call_targets[f][c] {
+                    for (g, gi) in linked.targets {
                         if (g, gi) == (f, fi) {
                             continue;
                         }
@@ -845,6 +932,15 @@ impl<'a> PyContext<'a> {
                 }
             }
             queue = next;
+        }
+    }
+
+    /// The functions call `call` of `file` may run, as found when the package was analysed.
+    fn call_targets(&self, file: usize, call: usize) -> &[(usize, usize)] {
+        let linked = &self.linked[self.linked_by_file[file].clone()];
+        match linked.binary_search_by_key(&call, |l| l.call) {
+            Ok(at) => linked[at].targets.as_slice(),
+            Err(_) => &[],
         }
     }
 
@@ -875,7 +971,7 @@ impl<'a> PyContext<'a> {
             step_body: None,
             via: Vec::new(),
             outer: self.outer_loop[file][l],
-            guarded: call.guard.is_some_and(|depth| depth > pos),
+            guarded: call.guard.is_some_and(|depth| depth as usize > pos),
             optimizer_loop: self.optimizer_loop[file][l],
         })
     }
@@ -906,7 +1002,8 @@ impl<'a> PyContext<'a> {
             } else if pos + 1 == call.loops.len() && self.steps_optimizer(file, call) {
                 steps_here = true;
             }
-            if self.call_targets[file][c]
+            if self
+                .call_targets(file, c)
                 .iter()
                 .any(|&(g, gi)| self.has_step_loop[g][gi])
             {
@@ -945,7 +1042,7 @@ impl<'a> PyContext<'a> {
     /// a step loop, a step body or a function called from one. `None` outside any, and in tests.
     pub fn step_hit(&self, file: usize, call: &PyCall<'a>) -> Option<PyHit> {
         let hit = self.step_hit_unfiltered(file, call)?;
-        if call.branch.is_some() && self.in_branch_not_taken(file, call) {
+        if call.branch().is_some() && self.in_branch_not_taken(file, call) {
             return None;
         }
         Some(hit)
@@ -962,7 +1059,7 @@ impl<'a> PyContext<'a> {
             Some(depth)
                 if call
                     .loops
-                    .get(depth - 1)
+                    .get(depth as usize - 1)
                     .is_some_and(|&l| self.step_loop[file][l]) =>
             {
                 return None;
@@ -996,7 +1093,7 @@ impl<'a> PyContext<'a> {
     /// leaves it to its default, as another literal (`compute_top_k(.., reduction="none")` never
     /// runs the `reduction == "mean"` branch with its `.item()`).
     fn in_branch_not_taken(&self, file: usize, call: &PyCall<'a>) -> bool {
-        let (Some((param, literal)), Some(fi)) = (call.branch, call.fn_idx) else {
+        let (Some((param, literal)), Some(fi)) = (call.branch(), call.fn_idx) else {
             return false;
         };
         let function = &self.units[file].facts.fns[fi];
@@ -1011,11 +1108,12 @@ impl<'a> PyContext<'a> {
                 .is_some_and(|p| matches!(p.0, "self" | "cls"));
         let callers = self.callers.get_or_init(|| {
             let mut callers = Callers::default();
-            for (g, targets) in self.call_targets.iter().enumerate() {
-                for (ci, targets) in targets.iter().enumerate() {
-                    for &target in targets {
-                        callers.entry(target).or_default().push((g, ci));
-                    }
+            for linked in &self.linked {
+                for target in linked.targets {
+                    callers
+                        .entry(target)
+                        .or_default()
+                        .push((linked.file, linked.call));
                 }
             }
             callers
@@ -1081,6 +1179,29 @@ impl<'a> PyContext<'a> {
         let mut hit = self.fn_hit[file][fn_idx?].clone()?;
         hit.guarded |= guard.is_some();
         Some(hit)
+    }
+
+    /// Whether a call of `file` asks for the devices (`torch.cuda.is_available()`,
+    /// `torch.cuda.device_count()`), which lets the file choose a GPU index.
+    pub fn checks_devices(&self, file: usize) -> bool {
+        self.checks_devices[file]
+    }
+
+    /// The calls outside tests with a number or string literal among their arguments (a
+    /// positional argument or a keyword's value), with their file index, in package order.
+    pub fn literal_calls(&self) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        let units = self.units;
+        self.literal_calls.iter().map(move |&(f, i)| {
+            let f = f as usize;
+            (f, &units[f].facts.calls[i as usize])
+        })
+    }
+
+    /// The first call outside tests, in package order, that builds an optimizer
+    /// (`torch.optim.AdamW(..)`, `optim.SGD(..)`, `AdamW(..)`; a `Trainer` or `Fabric` is not one).
+    pub fn first_optimizer(&self) -> Option<(usize, &'a PyCall<'a>)> {
+        self.first_optimizer
+            .map(|(f, i)| (f as usize, &self.units[f as usize].facts.calls[i as usize]))
     }
 
     /// Every call of the package, with its file index.
@@ -1765,5 +1886,103 @@ mod tests {
             assert_eq!(got, want, "{suffixes:?}");
         }
         assert_eq!(cx.calls_named_ending(&["DataLoader"]).count(), 2);
+    }
+
+    fn package<'a>(files: &'a [PyFile]) -> Vec<PyUnit<'a>> {
+        files
+            .iter()
+            .map(|file| PyUnit {
+                file,
+                facts: facts::collect(file),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_lists_built_in_one_pass_are_what_a_scan_of_every_call_finds() {
+        let sources = [
+            "import torch\nm = nn.DataParallel(net)\nd = DistributedDataParallel(net)\nx.cuda(0)\nlog(\"a\")\nopt_step = self.optim.step()\n",
+            "import torch\nt = pl.Trainer(strategy=\"dp\", precision=32)\nopt = torch.optim.AdamW(p, lr=1e-3)\nsgd = SGD(p)\nif torch.cuda.is_available():\n    pass\n",
+            "def test_x():\n    y.to(\"cuda:0\")\n    Adam(p)\n",
+        ];
+        let files: Vec<PyFile> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| PyFile::parse(PathBuf::from(format!("m{i}.py")), s.to_string()).unwrap())
+            .collect();
+        let units = package(&files);
+        let config = Config::default();
+        let cx = PyContext::build(&units, &config);
+        let literal: Vec<(usize, usize)> = cx.literal_calls().map(|(f, c)| (f, c.start)).collect();
+        let want: Vec<(usize, usize)> = cx
+            .calls()
+            .filter(|(_, c)| !c.in_test && (c.number_arg || c.string_arg))
+            .map(|(f, c)| (f, c.start))
+            .collect();
+        assert_eq!(literal, want);
+        assert_eq!(literal.len(), 4, "{literal:?}");
+        let optimizer = cx.first_optimizer().map(|(f, c)| (f, c.display_name()));
+        let want = cx.calls().find(|(_, call)| {
+            let path = call.path.as_deref().unwrap_or("");
+            let trainer = path.ends_with("Trainer") || path.ends_with("Fabric");
+            !call.in_test
+                && !trainer
+                && names::is_optimizer_constructor(path)
+                && (path.contains("optim") || call.func_name.is_some())
+        });
+        assert_eq!(optimizer, want.map(|(f, c)| (f, c.display_name())));
+        // `self.optim.step()` names an optimizer's module, as the constructor check reads it.
+        assert_eq!(optimizer, Some((0, "self.optim.step".to_string())));
+        for call in units.iter().flat_map(|u| &u.facts.calls) {
+            assert_eq!(builds_optimizer(call), {
+                let path = call.path.as_deref().unwrap_or("");
+                call.path.is_some()
+                    && !(path.ends_with("Trainer") || path.ends_with("Fabric"))
+                    && names::is_optimizer_constructor(path)
+                    && (path.contains("optim") || call.func_name.is_some())
+            });
+        }
+        assert_eq!(
+            (0..3).map(|f| cx.checks_devices(f)).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        let parallel: Vec<String> = cx
+            .calls_named_ending(&["DataParallel"])
+            .map(|(_, c)| c.display_name())
+            .collect();
+        assert_eq!(parallel, ["nn.DataParallel", "DistributedDataParallel"]);
+    }
+
+    /// Every call, found by ruff's own visitor, in the order it walks them.
+    struct AllCalls(Vec<usize>);
+
+    impl<'a> ruff_python_ast::visitor::Visitor<'a> for AllCalls {
+        fn visit_expr(&mut self, expr: &'a Expr) {
+            if let Expr::Call(call) = expr {
+                self.0.push(call.start().to_usize());
+            }
+            ruff_python_ast::visitor::walk_expr(self, expr);
+        }
+    }
+
+    #[test]
+    fn the_fact_walk_records_every_call_in_the_order_the_ast_visitor_finds_them() {
+        // Calls under attributes, subscripts, operators, comparisons, tuples, lists, boolean
+        // and unary operators, keywords, f-strings, lambdas, comprehensions and decorators.
+        let source = "@dec(a())\ndef f(x):\n    y = a.b(c).d.e(f(1))[h()].i + -j(k) * (l(), [m()])\n    if n() < o.p(q()) and not r():\n        s[t()] = u(v=w(), *z())\n    return f\"{aa()}\" or (lambda: bb())() or [cc(i) for i in dd()]\nee.ff.gg().hh\n";
+        let file = PyFile::parse(PathBuf::from("m.py"), source.to_string()).unwrap();
+        let facts = facts::collect(&file);
+        let mut all = AllCalls(Vec::new());
+        for stmt in &file.module().body {
+            ruff_python_ast::visitor::Visitor::visit_stmt(&mut all, stmt);
+        }
+        let mut found: Vec<usize> = facts.calls.iter().map(|c| c.start).collect();
+        assert_eq!(found.len(), all.0.len());
+        assert_eq!(found.len(), source.matches('(').count() - 3, "{found:?}");
+        // The same calls (the fact walk visits a loop's iterable before its target, as Python
+        // runs them, so the orders may differ: compared sorted).
+        found.sort_unstable();
+        all.0.sort_unstable();
+        assert_eq!(found, all.0);
     }
 }

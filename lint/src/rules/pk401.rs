@@ -392,54 +392,38 @@ impl<'ast> Visit<'ast> for KindFinder<'ast> {
 /// `torch.cuda.set_device(0)` in a module that never checks `torch.cuda.is_available()` or
 /// `torch.cuda.device_count()`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, unit) in cx.units.iter().enumerate() {
-        if unit.file.test_file {
+    for (file, call) in cx.literal_calls() {
+        let unit = &cx.units[file];
+        if unit.file.test_file || cx.checks_devices(file) {
             continue;
         }
-        let checked = unit.facts.calls.iter().any(|c| {
-            c.method
-                .is_some_and(|m| matches!(m, "is_available" | "device_count"))
-        });
-        if checked {
-            continue;
-        }
-        for call in &unit.facts.calls {
-            // Every pattern below has a literal argument (`0`, `"cuda:0"`).
-            if call.in_test || !(call.number_arg || call.string_arg) {
-                continue;
+        let args = &call.call.arguments;
+        let literal_index = |e: &PyExpr| matches!(e, PyExpr::NumberLiteral(_));
+        let hardcoded: Option<TextRange> = match (call.path.as_deref(), call.method) {
+            (Some("torch.device"), _) if args.args.len() == 2 && literal_index(&args.args[1]) => {
+                Some(call.call.range())
             }
-            let args = &call.call.arguments;
-            let literal_index = |e: &PyExpr| matches!(e, PyExpr::NumberLiteral(_));
-            let hardcoded: Option<TextRange> = match (call.path.as_deref(), call.method) {
-                (Some("torch.device"), _)
-                    if args.args.len() == 2 && literal_index(&args.args[1]) =>
-                {
-                    Some(call.call.range())
-                }
-                (Some("torch.cuda.set_device"), _)
-                    if args.args.first().is_some_and(literal_index) =>
-                {
-                    Some(call.call.range())
-                }
-                (_, Some("cuda")) if args.args.first().is_some_and(literal_index) => {
-                    Some(PyContext::callee_range(call))
-                }
-                _ => args
-                    .args
-                    .iter()
-                    .chain(args.keywords.iter().map(|k| &k.value))
-                    .find(|e| cuda_index_literal(e))
-                    .map(Ranged::range),
-            };
-            let Some(range) = hardcoded else { continue };
-            let text = unit.file.text(range).to_string();
-            out.push(cx.finding(
-                file,
-                range,
-                format!("`{text}` hardcodes a GPU index with no availability check"),
-                "choose the device at run time: `torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")`, or the process's `LOCAL_RANK`",
-            ));
-        }
+            (Some("torch.cuda.set_device"), _) if args.args.first().is_some_and(literal_index) => {
+                Some(call.call.range())
+            }
+            (_, Some("cuda")) if args.args.first().is_some_and(literal_index) => {
+                Some(PyContext::callee_range(call))
+            }
+            _ => args
+                .args
+                .iter()
+                .chain(args.keywords.iter().map(|k| &k.value))
+                .find(|e| cuda_index_literal(e))
+                .map(Ranged::range),
+        };
+        let Some(range) = hardcoded else { continue };
+        let text = unit.file.text(range).to_string();
+        out.push(cx.finding(
+            file,
+            range,
+            format!("`{text}` hardcodes a GPU index with no availability check"),
+            "choose the device at run time: `torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")`, or the process's `LOCAL_RANK`",
+        ));
     }
 }
 

@@ -447,14 +447,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     }
     // The first optimizer built outside tests stands for the package (a trainer is not one). The
     // package-wide text scans last: they read every file of the package.
-    let optimizer = cx.calls().find(|(_, call)| {
-        let path = call.path.as_deref().unwrap_or("");
-        let trainer = path.ends_with("Trainer") || path.ends_with("Fabric");
-        !call.in_test
-            && !trainer
-            && python_names::is_optimizer_constructor(path)
-            && (path.contains("optim") || call.func_name.is_some())
-    });
+    let optimizer = cx.first_optimizer();
     if let Some((file, call)) = optimizer
         && !cx.mixed_precision()
         && !cx.cpu_only_program()

@@ -403,9 +403,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     // The package-wide text scan (gradient accumulation) only once there is something to report.
     let start = out.len();
     let min = cx.config.min_batch_size;
-    for (file, call) in cx.calls() {
+    for (file, call) in cx.literal_calls() {
         // A batch size is reported only where it is a number literal.
-        if call.in_test || !call.number_arg {
+        if !call.number_arg {
             continue;
         }
         let mut literal: Option<&PyExpr> = None;

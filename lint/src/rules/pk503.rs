@@ -99,21 +99,28 @@ impl Rule for MultiDeviceInsteadOfDdp {
 /// PK503's Python form: `nn.DataParallel(..)`, Lightning `strategy="dp"` /
 /// `distributed_backend="dp"` / `accelerator="dp"`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
-    for (file, call) in cx.calls() {
-        if call.in_test {
+    for (file, call) in cx.calls_named_ending(&["DataParallel"]) {
+        let path = call.path.as_deref().unwrap_or("");
+        if call.in_test
+            || !path.ends_with("DataParallel")
+            || path.ends_with("DistributedDataParallel")
+        {
+            continue;
+        }
+        out.push(cx.finding(
+            file,
+            PyContext::callee_range(call),
+            "`DataParallel` runs one process that scatters each batch and gathers the outputs on GPU 0",
+            "use `DistributedDataParallel` (one process per GPU, started with `torchrun`)",
+        ));
+    }
+    for (file, call) in cx.literal_calls() {
+        if !call.string_arg {
             continue;
         }
         let path = call.path.as_deref().unwrap_or("");
         if path.ends_with("DataParallel") && !path.ends_with("DistributedDataParallel") {
-            out.push(cx.finding(
-                file,
-                PyContext::callee_range(call),
-                "`DataParallel` runs one process that scatters each batch and gathers the outputs on GPU 0",
-                "use `DistributedDataParallel` (one process per GPU, started with `torchrun`)",
-            ));
-            continue;
-        }
-        if !call.string_arg {
+            // Reported above, as `DataParallel`.
             continue;
         }
         for keyword in ["strategy", "distributed_backend", "accelerator"] {
