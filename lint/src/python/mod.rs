@@ -1846,18 +1846,8 @@ mod tests {
             "import torch\nx = torch.zeros(3).to(dev)\nfor b in loader:\n    loss.item()\n    float(loss)\n    t.float()\n",
             "from torch.utils.data import DataLoader\nl = DataLoader(ds)\nm = StatefulDataLoader(ds)\nt = pl.Trainer(precision=32)\nx.to(d).cpu().item()\nf()()\nprint(x)\n",
         ];
-        let files: Vec<PyFile> = sources
-            .iter()
-            .enumerate()
-            .map(|(i, s)| PyFile::parse(PathBuf::from(format!("m{i}.py")), s.to_string()).unwrap())
-            .collect();
-        let units: Vec<PyUnit<'_>> = files
-            .iter()
-            .map(|file| PyUnit {
-                file,
-                facts: facts::collect(file),
-            })
-            .collect();
+        let files = parse_all(&sources);
+        let units = package(&files);
         let config = Config::default();
         let cx = PyContext::build(&units, &config);
         let named = |names: &[&str]| -> Vec<(usize, usize)> {
@@ -1888,6 +1878,14 @@ mod tests {
         assert_eq!(cx.calls_named_ending(&["DataLoader"]).count(), 2);
     }
 
+    fn parse_all(sources: &[&str]) -> Vec<PyFile> {
+        sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| PyFile::parse(PathBuf::from(format!("m{i}.py")), s.to_string()).unwrap())
+            .collect()
+    }
+
     fn package<'a>(files: &'a [PyFile]) -> Vec<PyUnit<'a>> {
         files
             .iter()
@@ -1905,11 +1903,7 @@ mod tests {
             "import torch\nt = pl.Trainer(strategy=\"dp\", precision=32)\nopt = torch.optim.AdamW(p, lr=1e-3)\nsgd = SGD(p)\nif torch.cuda.is_available():\n    pass\n",
             "def test_x():\n    y.to(\"cuda:0\")\n    Adam(p)\n",
         ];
-        let files: Vec<PyFile> = sources
-            .iter()
-            .enumerate()
-            .map(|(i, s)| PyFile::parse(PathBuf::from(format!("m{i}.py")), s.to_string()).unwrap())
-            .collect();
+        let files = parse_all(&sources);
         let units = package(&files);
         let config = Config::default();
         let cx = PyContext::build(&units, &config);
