@@ -1062,11 +1062,7 @@ fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
         Ok(source) => source,
         Err(err) => {
             let valid = err.utf8_error().valid_up_to();
-            let line = err.as_bytes()[..valid]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-                + 1;
+            let line = crate::diagnostic::line_at_offset(err.as_bytes(), valid);
             return Err(error("invalid UTF-8".into(), Some(line)));
         }
     };

@@ -176,10 +176,7 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
     }
     if crate::engine::is_python(path) {
         if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
-            let line = fixed.text[..offset.min(fixed.text.len())]
-                .matches('\n')
-                .count()
-                + 1;
+            let line = crate::diagnostic::line_at_offset(fixed.text.as_bytes(), offset);
             return Err(FixError::WouldNotParse {
                 path: path.to_path_buf(),
                 message: format!("line {line}: {message}"),
