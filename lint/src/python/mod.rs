@@ -245,8 +245,9 @@ fn first_cell_error(
         let (message, offset) = parse_notebook_source(text).err()?;
         // Past the cell's own lines (a `\` at its end): its last line, not the blank line the
         // module puts after each cell.
-        let own_lines = line_starts(text).len().saturating_sub(2).max(1);
-        let line = line_at(&line_starts(text), offset).min(own_lines);
+        let text_starts = line_starts(text);
+        let own_lines = text_starts.len().saturating_sub(2).max(1);
+        let line = line_at(&text_starts, offset).min(own_lines);
         Some((message, Some((cell, line))))
     })
 }

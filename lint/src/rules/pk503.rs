@@ -96,15 +96,17 @@ impl Rule for MultiDeviceInsteadOfDdp {
     }
 }
 
+/// `nn.DataParallel(..)` (and any callee named `..DataParallel` but `DistributedDataParallel`).
+fn python_data_parallel(call: &PyCall<'_>) -> bool {
+    let path = call.path.as_deref().unwrap_or("");
+    path.ends_with("DataParallel") && !path.ends_with("DistributedDataParallel")
+}
+
 /// PK503's Python form: `nn.DataParallel(..)`, Lightning `strategy="dp"` /
 /// `distributed_backend="dp"` / `accelerator="dp"`.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls_named_ending(&["DataParallel"]) {
-        let path = call.path.as_deref().unwrap_or("");
-        if call.in_test
-            || !path.ends_with("DataParallel")
-            || path.ends_with("DistributedDataParallel")
-        {
+        if call.in_test || !python_data_parallel(call) {
             continue;
         }
         out.push(cx.finding(
@@ -118,8 +120,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         if !call.string_arg {
             continue;
         }
-        let path = call.path.as_deref().unwrap_or("");
-        if path.ends_with("DataParallel") && !path.ends_with("DistributedDataParallel") {
+        if python_data_parallel(call) {
             // Reported above, as `DataParallel`.
             continue;
         }
