@@ -49,25 +49,29 @@ pub const REPORT_FILES: [&str; 8] = [
 /// run ([`REPORT_FILES`]), those of `perfkit diff --out` and those of `perfkit demo`. A marker
 /// vouches for the files under these names, so it is written only into a directory that holds
 /// none of them yet (see [`take_for_reports`]).
-pub const MARKED_FILES: [&str; 16] = {
-    let mut all = [""; 16];
+pub const MARKED_FILES: [&str; REPORT_FILES.len() + DIFF_FILES.len() + DEMO_FILES.len()] = {
+    let all = copy_names(
+        [""; REPORT_FILES.len() + DIFF_FILES.len() + DEMO_FILES.len()],
+        0,
+        &REPORT_FILES,
+    );
+    let all = copy_names(all, REPORT_FILES.len(), &DIFF_FILES);
+    copy_names(all, REPORT_FILES.len() + DIFF_FILES.len(), &DEMO_FILES)
+};
+
+/// `all` with `names` written from index `at` on (for building [`MARKED_FILES`] at compile time).
+const fn copy_names<const N: usize>(
+    mut all: [&'static str; N],
+    at: usize,
+    names: &[&'static str],
+) -> [&'static str; N] {
     let mut i = 0;
-    while i < REPORT_FILES.len() {
-        all[i] = REPORT_FILES[i];
+    while i < names.len() {
+        all[at + i] = names[i];
         i += 1;
     }
-    let mut j = 0;
-    while j < DIFF_FILES.len() {
-        all[i + j] = DIFF_FILES[j];
-        j += 1;
-    }
-    let mut k = 0;
-    while k < DEMO_FILES.len() {
-        all[i + j + k] = DEMO_FILES[k];
-        k += 1;
-    }
     all
-};
+}
 
 /// The files `perfkit diff --out` writes (the flamegraphs only where both runs have such stacks)
 /// and `perfkit demo` writes into its `diff/` directory.
