@@ -115,15 +115,11 @@ pub struct DiffReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_incomplete: Vec<String>,
     /// Events the base run's recorder dropped (its figures undercount); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::model::is_zero")]
     pub base_dropped_events: u64,
     /// Events the new run's recorder dropped (its figures undercount); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::model::is_zero")]
     pub new_dropped_events: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl DiffReport {

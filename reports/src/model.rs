@@ -402,7 +402,8 @@ pub struct CopySite {
     pub gpu_end_at_host_return: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
+/// For `skip_serializing_if`: a count that is zero is left out.
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
