@@ -171,15 +171,24 @@ pub fn with_lint_findings(
     ))
 }
 
-/// The line `perfkit lint` prints for a file it could not lint, prefixed for `--lint`:
-/// `perfkit: error: --lint: src/a.rs:1: syntax error: ...`.
-pub fn lint_error_line(error: &perfkit_lint::FileError) -> String {
-    let line = error.line.map(|l| format!(":{l}")).unwrap_or_default();
-    format!(
-        "perfkit: error: --lint: {}{line}: {}",
-        error.path.display(),
-        error.message
-    )
+/// Names on stderr the files `--lint` could not lint, each as `perfkit lint` prints it, prefixed
+/// (`perfkit: error: --lint: src/a.rs:1: syntax error: ...`), then how many there were.
+pub fn print_lint_errors(errors: &[perfkit_lint::FileError]) {
+    for error in errors {
+        let line = error.line.map(|l| format!(":{l}")).unwrap_or_default();
+        eprintln!(
+            "perfkit: error: --lint: {}{line}: {}",
+            error.path.display(),
+            error.message
+        );
+    }
+    if !errors.is_empty() {
+        eprintln!(
+            "perfkit: --lint: {} file{} could not be linted",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        );
+    }
 }
 
 /// The cargo workspace root of source files, cached per directory: the nearest directory above

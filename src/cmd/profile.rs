@@ -389,16 +389,7 @@ fn with_lint(
     }
     match super::check::with_lint_findings(lint_paths, runtime.clone()) {
         Ok((findings, errors)) => {
-            for error in &errors {
-                eprintln!("{}", super::check::lint_error_line(error));
-            }
-            if !errors.is_empty() {
-                eprintln!(
-                    "perfkit: --lint: {} file{} could not be linted",
-                    errors.len(),
-                    if errors.len() == 1 { "" } else { "s" }
-                );
-            }
+            super::check::print_lint_errors(&errors);
             findings
         }
         Err(err) => {

@@ -107,16 +107,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     );
     // As `perfkit lint`: the files that could be linted are reported, the others named, and
     // the exit status is 2.
-    for error in &lint_errors {
-        eprintln!("{}", super::check::lint_error_line(error));
-    }
-    if !lint_errors.is_empty() {
-        eprintln!(
-            "perfkit: --lint: {} file{} could not be linted",
-            lint_errors.len(),
-            if lint_errors.len() == 1 { "" } else { "s" }
-        );
-    }
+    super::check::print_lint_errors(&lint_errors);
     for p in &written {
         shown = shown.and_then(|()| writeln!(stdout, "wrote {}", p.display()));
     }
