@@ -6,8 +6,9 @@ use std::rc::Rc;
 
 use rustc_hash::FxHashMap;
 
+use ruff_python_ast::helpers::ReturnStatementVisitor;
 use ruff_python_ast::visitor::{self, Visitor};
-use ruff_python_ast::{CmpOp, Expr, ExprCall, Operator, Stmt};
+use ruff_python_ast::{CmpOp, Expr, ExprCall, Operator, Stmt, StmtFunctionDef};
 use ruff_text_size::{Ranged, TextRange};
 
 use super::PyFile;
@@ -25,10 +26,30 @@ pub struct PyFn<'a> {
     pub in_test: bool,
     /// Lightning's `training_step` / `on_train_batch_*`: runs once per step.
     pub step_body: bool,
-    /// What it returns (for helpers that build tensors).
-    pub returns: Vec<&'a Expr>,
+    /// Its definition, for what few rules ask of it ([`PyFn::returns`], [`PyFn::params`]):
+    /// read when asked, not listed for every function of the package.
+    def: &'a StmtFunctionDef,
+}
+
+impl<'a> PyFn<'a> {
+    /// What it returns (for helpers that build tensors): the values of its `return` statements,
+    /// not those of the functions and classes defined inside it.
+    pub fn returns(&self) -> Vec<&'a Expr> {
+        let mut visitor = ReturnStatementVisitor::default();
+        for stmt in &self.def.body {
+            visitor.visit_stmt(stmt);
+        }
+        visitor
+            .returns
+            .into_iter()
+            .filter_map(|ret| ret.value.as_deref())
+            .collect()
+    }
+
     /// Its parameters in order: name, default, and whether it may be passed by position.
-    pub params: Vec<(&'a str, Option<&'a Expr>, bool)>,
+    pub fn params(&self) -> Vec<(&'a str, Option<&'a Expr>, bool)> {
+        parameters(&self.def.parameters)
+    }
 }
 
 /// A `for` or `while` loop (comprehensions are not loops here).
@@ -176,8 +197,15 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
     let parens = memchr::memchr_iter(b'(', file.source.as_bytes()).count();
     let mut collector = Collector {
         source: &file.source,
+        // The other lists are sized from the same count, as most modules of real code need
+        // (over a corpus of PyTorch code, 19 in 20 modules have fewer assignments than 3 in 4 of
+        // their parentheses, fewer functions than 1 in 4, fewer loops than 1 in 16); a module
+        // with more grows its list as before.
         facts: PyFacts {
             calls: Vec::with_capacity(parens),
+            assigns: Vec::with_capacity(parens / 4 * 3 + 8),
+            fns: Vec::with_capacity(parens / 4 + 4),
+            loops: Vec::with_capacity(parens / 16 + 4),
             ..PyFacts::default()
         },
         fn_stack: Vec::new(),
@@ -476,8 +504,7 @@ impl<'a> Collector<'a> {
                     in_test: self.in_test() || is_test || class_test,
                     step_body: class.is_some()
                         && (name == "training_step" || name.starts_with("on_train_batch_")),
-                    returns: Vec::new(),
-                    params: parameters(&def.parameters),
+                    def,
                 });
                 // Loops and guards do not cross a function boundary.
                 let loops = std::mem::take(&mut self.loops);
@@ -526,12 +553,6 @@ impl<'a> Collector<'a> {
                     self.visit_stmt(s);
                 }
                 self.class_stack.pop();
-            }
-            Stmt::Return(ret) => {
-                if let (Some(value), Some(fi)) = (&ret.value, self.fn_idx()) {
-                    self.facts.fns[fi].returns.push(value);
-                }
-                visitor::walk_stmt(self, stmt);
             }
             Stmt::For(f) => {
                 self.visit_expr(&f.iter);

@@ -1098,13 +1098,13 @@ impl<'a> PyContext<'a> {
             return false;
         };
         let function = &self.units[file].facts.fns[fi];
-        let Some(pos) = function.params.iter().position(|p| p.0 == param) else {
+        let params = function.params();
+        let Some(pos) = params.iter().position(|p| p.0 == param) else {
             return false;
         };
-        let (_, default, positional) = function.params[pos];
+        let (_, default, positional) = params[pos];
         let bound_first = function.class.is_some()
-            && function
-                .params
+            && params
                 .first()
                 .is_some_and(|p| matches!(p.0, "self" | "cls"));
         let callers = self.callers.get_or_init(|| {

@@ -938,9 +938,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             };
             for (g, gi) in cx.targets(file, helper) {
                 let func = &cx.units[g].facts.fns[gi];
-                let returns_cpu = !func.returns.is_empty()
-                    && func
-                        .returns
+                let returns = func.returns();
+                let returns_cpu = !returns.is_empty()
+                    && returns
                         .iter()
                         .all(|r| python_cpu_constructor_in(r).is_some());
                 if returns_cpu && target().is_none() {
