@@ -20,6 +20,9 @@
 //! their lines), `floor` (the parse-only pass), `front` (the lint with no rule selected: walk,
 //! parse, facts, crate-wide analysis) or `lint`. A pass's own cost is its count less `none`'s.
 
+mod shared;
+use shared::process_cpu_time;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -266,19 +269,6 @@ fn panicking_crates(corpus: &Path, jobs: usize) -> Vec<String> {
         .collect()
 }
 
-/// CPU time (user + system) of this process so far, from `/proc/self/stat`; `None` where there is no
-/// such file. The kernel reports it in USER_HZ ticks, which its ABI fixes at 100 per second.
-fn process_cpu_time() -> Option<Duration> {
-    const USER_HZ: u64 = 100;
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 1000 / USER_HZ))
-}
-
 /// The 1-minute load average, from `/proc/loadavg`.
 fn load_average() -> Option<String> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
@@ -505,7 +495,7 @@ impl Best {
 
     fn cpu_text(&self) -> String {
         self.cpu
-            .map_or("-".to_string(), |cpu| format!("{:.2}", cpu.as_secs_f64()))
+            .map_or("-".to_string(), |cpu| format!("{:.3}", cpu.as_secs_f64()))
     }
 }
 

@@ -9,6 +9,9 @@
 //! times and prints nothing: `none` (only the set-up every pass shares: listing and counting the
 //! files), `floor`, `front` (no rules) or `lint`. A pass's own cost is its count less `none`'s.
 
+mod shared;
+use shared::process_cpu_time;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -28,15 +31,6 @@ fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
-}
-
-/// CPU time (user + system) of this process so far, from `/proc/self/stat` (USER_HZ = 100).
-fn process_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
@@ -174,7 +168,7 @@ fn main() -> ExitCode {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let rate = |t: Duration| lines as f64 / t.as_secs_f64().max(1e-9);
     println!(
-        "| ruff_python_parser parse only (floor) | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | 1.00 | 1.00 |",
+        "| ruff_python_parser parse only (floor) | {} | {lines} | {:.3} | {:.0} | {:.3} | {:.0} | 1.00 | 1.00 |",
         files.len(),
         parse_wall.as_secs_f64(),
         rate(parse_wall),
@@ -182,7 +176,7 @@ fn main() -> ExitCode {
         rate(parse_cpu)
     );
     println!(
-        "| perfkit lint, no rules (front end + step-loop analysis) | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} |",
+        "| perfkit lint, no rules (front end + step-loop analysis) | {} | {lines} | {:.3} | {:.0} | {:.3} | {:.0} | {:.2} | {:.2} |",
         report.files_scanned,
         front_wall.as_secs_f64(),
         rate(front_wall),
@@ -192,7 +186,7 @@ fn main() -> ExitCode {
         front_cpu.as_secs_f64() / parse_cpu.as_secs_f64().max(1e-9),
     );
     println!(
-        "| perfkit lint | {} | {lines} | {:.3} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} |",
+        "| perfkit lint | {} | {lines} | {:.3} | {:.0} | {:.3} | {:.0} | {:.2} | {:.2} |",
         report.files_scanned,
         lint_wall.as_secs_f64(),
         rate(lint_wall),
