@@ -78,7 +78,9 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
 pub(crate) fn may_suppress(source: &str) -> bool {
     let bytes = source.as_bytes();
     // `q` is rare in code: each one is checked for the word around it, in any case, which costs
-    // less than searching for `noqa` (and finds `NOQA` too).
+    // less than searching for `noqa` (and finds `NOQA` too). One pass for `q`, `Q` and the `k` of
+    // `perfkit:` instead costs more (54 M instructions over the corpus against 44 M): `k` is four
+    // times as common as `q`.
     memchr::memchr2_iter(b'q', b'Q', bytes).any(|i| {
         i >= 2
             && bytes
@@ -156,6 +158,12 @@ mod tests {
             ("q = 'noq' + 'a'  # unique queries\n", false),
             ("noqa = 1\n", true),
             ("qa = 1\n", false),
+            (
+                "k = perfkit_version  # perfkit allows nothing here\n",
+                false,
+            ),
+            ("#perfkit: allow(PK101)\n", true),
+            ("perfkit: int = 1\n", true),
         ] {
             assert_eq!(may_suppress(source), kept, "{source}");
             let found = parse(&file(source));
