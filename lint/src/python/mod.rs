@@ -1961,6 +1961,36 @@ mod tests {
     }
 
     #[test]
+    fn a_function_s_returns_and_parameters_are_its_own() {
+        // The returns of nested functions and classes belong to them, not to the function around
+        // them; returns under branches, loops, `with`, `try` and `match` belong to it.
+        let source = "def outer(a, b=1, *, c=2):\n    def inner():\n        return 'inner'\n    class K:\n        def m(self):\n            return 'm'\n    if a:\n        return 'if'\n    for _ in b:\n        with c:\n            try:\n                return 'try'\n            finally:\n                pass\n    match a:\n        case 1:\n            return 'case'\n    lambda: 'not a return'\n    return\n";
+        let file = PyFile::parse(PathBuf::from("m.py"), source.to_string()).unwrap();
+        let facts = facts::collect(&file);
+        let text = |e: &Expr| file.source[e.range()].to_string();
+        let of = |name: &str| facts.fns.iter().find(|f| f.name == name).unwrap();
+        let outer: Vec<String> = of("outer").returns().into_iter().map(text).collect();
+        assert_eq!(outer, ["'if'", "'try'", "'case'"]);
+        let inner: Vec<String> = of("inner").returns().into_iter().map(text).collect();
+        assert_eq!(inner, ["'inner'"]);
+        let m: Vec<String> = of("m").returns().into_iter().map(text).collect();
+        assert_eq!(m, ["'m'"]);
+        let params: Vec<(&str, Option<String>, bool)> = of("outer")
+            .params()
+            .into_iter()
+            .map(|(name, default, positional)| (name, default.map(text), positional))
+            .collect();
+        assert_eq!(
+            params,
+            [
+                ("a", None, true),
+                ("b", Some("1".to_string()), true),
+                ("c", Some("2".to_string()), false)
+            ]
+        );
+    }
+
+    #[test]
     fn the_fact_walk_records_every_call_in_the_order_the_ast_visitor_finds_them() {
         // Calls under attributes, subscripts, operators, comparisons, tuples, lists, boolean
         // and unary operators, keywords, f-strings, lambdas, comprehensions and decorators.
