@@ -198,9 +198,10 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
     let mut collector = Collector {
         source: &file.source,
         // The other lists are sized from the same count, as most modules of real code need
-        // (over a corpus of PyTorch code, 19 in 20 modules have fewer assignments than 3 in 4 of
-        // their parentheses, fewer functions than 1 in 4, fewer loops than 1 in 16); a module
-        // with more grows its list as before.
+        // (over a corpus of PyTorch code, 19 in 20 of the modules with more than 50 parentheses
+        // have fewer assignments than 3 in 4 of them, fewer functions than 1 in 4, fewer loops
+        // than 1 in 16; smaller modules get a few places more); a module with more grows its
+        // list as before.
         facts: PyFacts {
             calls: Vec::with_capacity(parens),
             assigns: Vec::with_capacity(parens / 4 * 3 + 8),
