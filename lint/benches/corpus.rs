@@ -170,6 +170,10 @@ fn parse_pass(pool: &rayon::ThreadPool, files: &[PathBuf]) -> ParsePass {
     pool.install(|| {
         files
             .par_iter()
+            // One file per task, so that an idle thread can always take the next file: left to
+            // split the list in ranges, rayon hands a thread a run of the heaviest files (the generated
+            // bindings lie together in one crate) while the other thread sleeps.
+            .with_max_len(1)
             .map(|file| {
                 let Ok(text) = std::fs::read_to_string(file) else {
                     return ParsePass {
