@@ -221,6 +221,7 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         test_depth: 0,
         comprehension: 0,
         depth: 0,
+        modulo_helpers: modulo_helpers(&file.module().body),
     };
     for stmt in &file.module().body {
         collector.visit_stmt(stmt);
@@ -300,6 +301,8 @@ struct Collector<'a> {
     comprehension: usize,
     /// Statements and expressions being walked, nested.
     depth: usize,
+    /// The module's functions that test divisibility (see [`modulo_helpers`]).
+    modulo_helpers: Vec<&'a str>,
 }
 
 impl<'a> Collector<'a> {
@@ -317,7 +320,7 @@ impl<'a> Collector<'a> {
     /// `if param == literal:` branch when its test is one, and noting whether it leaves.
     fn visit_branch(&mut self, test: Option<&'a Expr>, body: &'a [Stmt]) {
         let (saved, saved_leaves, saved_branch) = (self.guard, self.leaves, self.branch);
-        if test.is_some_and(is_modulo_guard) {
+        if test.is_some_and(|t| is_modulo_guard(t, &self.modulo_helpers)) {
             self.guard = Some(self.loops.len());
         }
         if let Some(test) = test.filter(|t| equality_branch(t).is_some()) {
@@ -819,8 +822,9 @@ fn strip_call(expr: &Expr) -> &Expr {
     }
 }
 
-/// `step % N == 0`, `(step + 1) % N == 0`, `not step % N`, and those joined with `and`.
-fn is_modulo_guard(test: &Expr) -> bool {
+/// `step % N == 0`, `(step + 1) % N == 0`, `not step % N`, a call of one of the module's
+/// `helpers` that test the same (`divisible_by(step, N)`), and those joined with `and`.
+fn is_modulo_guard(test: &Expr, helpers: &[&str]) -> bool {
     match test {
         Expr::Compare(cmp) => {
             cmp.ops.len() == 1
@@ -831,10 +835,39 @@ fn is_modulo_guard(test: &Expr) -> bool {
             unary.op == ruff_python_ast::UnaryOp::Not && is_modulo(&unary.operand)
         }
         Expr::BoolOp(bool_op) => {
-            bool_op.op == ruff_python_ast::BoolOp::And && bool_op.values.iter().any(is_modulo_guard)
+            bool_op.op == ruff_python_ast::BoolOp::And
+                && bool_op.values.iter().any(|v| is_modulo_guard(v, helpers))
+        }
+        Expr::Call(call) => {
+            !helpers.is_empty()
+                && matches!(&*call.func, Expr::Name(name) if helpers.contains(&name.id.as_str()))
         }
         _ => false,
     }
+}
+
+/// The module-level functions whose whole body (a docstring aside) returns a divisibility test
+/// of their arguments (`def divisible_by(numer, denom): return (numer % denom) == 0`): a branch
+/// on a call of one runs once every N steps, like `if step % N == 0:`. Helpers imported from
+/// other modules are not known.
+fn modulo_helpers(body: &[Stmt]) -> Vec<&str> {
+    let mut helpers = Vec::new();
+    for stmt in body {
+        let Stmt::FunctionDef(def) = stmt else {
+            continue;
+        };
+        let statements = match def.body.as_slice() {
+            [Stmt::Expr(doc), rest @ ..] if matches!(&*doc.value, Expr::StringLiteral(_)) => rest,
+            all => all,
+        };
+        if let [Stmt::Return(ret)] = statements
+            && let Some(value) = &ret.value
+            && is_modulo_guard(value, &[])
+        {
+            helpers.push(def.name.as_str());
+        }
+    }
+    helpers
 }
 
 /// How a branch's statements end, when they end by leaving: `Some(0)` for `raise` or a call that

@@ -1961,6 +1961,31 @@ mod tests {
     }
 
     #[test]
+    fn a_module_s_divisibility_helpers_guard_like_a_modulo_test() {
+        // `divisible_by(step, N)` of a helper that returns `step % N == 0` guards its branch like
+        // `if step % N == 0:`; a helper with another body, a nested helper and a name defined
+        // elsewhere do not.
+        let source = "def divisible_by(numer, denom):\n    \"\"\"Whether numer is a multiple.\"\"\"\n    return (numer % denom) == 0\n\ndef later(a, b):\n    return a > b\n\ndef train(loader, n):\n    def nested(a, b):\n        return not a % b\n    for step, batch in enumerate(loader):\n        if divisible_by(step, n):\n            guarded()\n        if step != 0 and divisible_by(step, n):\n            joined()\n        if later(step, n):\n            other_body()\n        if nested(step, n):\n            nested_helper()\n        if imported_divisible(step, n):\n            imported()\n        elif divisible_by(step, 2):\n            in_elif()\n";
+        let file = PyFile::parse(PathBuf::from("m.py"), source.to_string()).unwrap();
+        let facts = facts::collect(&file);
+        let guarded = |name: &str| {
+            facts
+                .calls
+                .iter()
+                .find(|c| c.func_name == Some(name))
+                .unwrap()
+                .guard
+                .is_some()
+        };
+        for name in ["guarded", "joined", "in_elif"] {
+            assert!(guarded(name), "{name}");
+        }
+        for name in ["other_body", "nested_helper", "imported"] {
+            assert!(!guarded(name), "{name}");
+        }
+    }
+
+    #[test]
     fn a_function_s_returns_and_parameters_are_its_own() {
         // The returns of nested functions and classes belong to them, not to the function around
         // them; returns under branches, loops, `with`, `try` and `match` belong to it.
