@@ -847,7 +847,7 @@ fn is_modulo_guard(test: &Expr, helpers: &[&str]) -> bool {
 }
 
 /// The module-level functions whose whole body (a docstring aside) returns a divisibility test
-/// of their arguments (`def divisible_by(numer, denom): return (numer % denom) == 0`): a branch
+/// (`def divisible_by(numer, denom): return (numer % denom) == 0`): a branch
 /// on a call of one runs once every N steps, like `if step % N == 0:`. Helpers imported from
 /// other modules are not known.
 fn modulo_helpers(body: &[Stmt]) -> Vec<&str> {
