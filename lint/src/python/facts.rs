@@ -839,17 +839,16 @@ fn is_modulo_guard(test: &Expr, helpers: &[&str]) -> bool {
                 && bool_op.values.iter().any(|v| is_modulo_guard(v, helpers))
         }
         Expr::Call(call) => {
-            !helpers.is_empty()
-                && matches!(&*call.func, Expr::Name(name) if helpers.contains(&name.id.as_str()))
+            matches!(&*call.func, Expr::Name(name) if helpers.contains(&name.id.as_str()))
         }
         _ => false,
     }
 }
 
 /// The module-level functions whose whole body (a docstring aside) returns a divisibility test
-/// (`def divisible_by(numer, denom): return (numer % denom) == 0`): a branch
-/// on a call of one runs once every N steps, like `if step % N == 0:`. Helpers imported from
-/// other modules are not known.
+/// (`def divisible_by(numer, denom): return (numer % denom) == 0`): a branch on a call of one
+/// runs once every N steps, like `if step % N == 0:`. Helpers imported from other modules are not
+/// known.
 fn modulo_helpers(body: &[Stmt]) -> Vec<&str> {
     let mut helpers = Vec::new();
     for stmt in body {
