@@ -17,8 +17,11 @@
 //!
 //! For profilers (`perf`, `valgrind --tool=callgrind`), `--only PASS` runs one pass `--runs` times
 //! and prints nothing: `none` (only the set-up every pass shares: listing the files and counting
-//! their lines), `floor` (the parse-only pass), `front` (the lint with no rule selected: walk,
-//! parse, facts, crate-wide analysis) or `lint`. A pass's own cost is its count less `none`'s.
+//! their lines), `floor` (the parse-only pass), `retain` (the parse-only pass over the crates as the
+//! lint groups them, each crate's trees kept until the whole crate is parsed, as the lint keeps them
+//! for its rules), `front` (the lint with no rule selected: walk, parse, facts, crate-wide analysis)
+//! or `lint`. A pass's own cost is its count less `none`'s. The table shows the `retain` pass too:
+//! the lint's ratio to it is what the analysis and the rules cost, apart from keeping the trees.
 
 mod shared;
 use shared::process_cpu_time;
@@ -47,6 +50,7 @@ struct Args {
 enum Only {
     None,
     Floor,
+    Retain,
     Front,
     Lint,
 }
@@ -78,16 +82,17 @@ fn parse_args() -> Result<Args, ArgError> {
                 only = Some(match args.next().as_deref() {
                     Some("none") => Only::None,
                     Some("floor") => Only::Floor,
+                    Some("retain") => Only::Retain,
                     Some("front") => Only::Front,
                     Some("lint") => Only::Lint,
                     Some(other) => {
                         return Err(ArgError::Bad(format!(
-                            "--only: unknown pass `{other}` (none, floor, front or lint)"
+                            "--only: unknown pass `{other}` (none, floor, retain, front or lint)"
                         )));
                     }
                     None => {
                         return Err(ArgError::Bad(
-                            "--only needs a pass: none, floor, front or lint".to_string(),
+                            "--only needs a pass: none, floor, retain, front or lint".to_string(),
                         ));
                     }
                 });
@@ -207,6 +212,19 @@ fn parse_pass(pool: &rayon::ThreadPool, files: &[PathBuf]) -> ParsePass {
     })
 }
 
+/// The parse-only pass over the crates as the lint groups them, each crate's trees kept until the
+/// crate is parsed (see `shared::retain_pass`); returns the files that did not parse.
+fn retain_pass(pool: &rayon::ThreadPool, plan: &[perfkit_lint::PlannedJob]) -> usize {
+    let parse = |file: &Path| {
+        let text = std::fs::read_to_string(file).ok()?;
+        let tree = catch_unwind(|| syn::parse_file(&text)).ok()?.ok()?;
+        Some((text, tree))
+    };
+    // The lint frees a thread's span table after each crate.
+    let after = proc_macro2::extra::invalidate_current_thread_spans;
+    shared::retain_pass(pool, plan, &parse, &after)
+}
+
 fn lint_options(paths: Vec<PathBuf>, jobs: usize) -> LintOptions {
     let mut options = LintOptions::default();
     options.paths = paths;
@@ -240,6 +258,9 @@ fn run_only(only: Only, pool: &rayon::ThreadPool, files: &[PathBuf], args: &Args
                 }
                 Ok(())
             }
+            Only::Retain => perfkit_lint::lint_plan(&lint).map(|plan| {
+                retain_pass(pool, &plan);
+            }),
             Only::Front => perfkit_lint::lint(&front).map(drop),
             Only::Lint => perfkit_lint::lint(&lint).map(drop),
         };
@@ -349,7 +370,16 @@ fn main() -> ExitCode {
         return run_only(only, &pool, &files, &args);
     }
 
+    // The crates as the lint groups them, for the pass that keeps each crate's trees.
+    let plan = match perfkit_lint::lint_plan(&lint_options(vec![args.corpus.clone()], args.jobs)) {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("corpus: the lint cannot plan the run: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let mut parse = Best::default();
+    let mut retain = Best::default();
     let mut lint = Best::default();
     let mut parse_result = ParsePass::default();
     let mut lint_report = None;
@@ -358,6 +388,9 @@ fn main() -> ExitCode {
         let (result, wall, cpu) = timed(|| parse_pass(&pool, &files));
         parse_result = result;
         parse.record(wall, cpu);
+
+        let (_, wall, cpu) = timed(|| retain_pass(&pool, &plan));
+        retain.record(wall, cpu);
 
         let (result, wall, cpu) = timed(|| lint_pass(&args.corpus, args.jobs));
         match result {
@@ -411,14 +444,23 @@ fn main() -> ExitCode {
         parse.cpu_rate_text(lines),
         parse_result.panics
     );
+    let cpu_ratio = |pass: &Best| match (pass.cpu, parse.cpu) {
+        (Some(l), Some(p)) if !p.is_zero() => format!("{:.2}", l.as_secs_f64() / p.as_secs_f64()),
+        _ => "-".to_string(),
+    };
+    println!(
+        "| syn parse, each crate's trees kept until the crate is parsed | {} | {} | {:.3} | {:.0} | {} | {} | {:.2} | {} | - |",
+        plan.iter().map(|job| job.files.len()).sum::<usize>(),
+        lines,
+        retain.wall.as_secs_f64(),
+        lines_per_second(lines, retain.wall),
+        retain.cpu_text(),
+        retain.cpu_rate_text(lines),
+        retain.wall.as_secs_f64() / parse.wall.as_secs_f64().max(1e-9),
+        cpu_ratio(&retain),
+    );
     match &lint_report {
         Some(report) if !lint_panicked => {
-            let cpu_ratio = match (lint.cpu, parse.cpu) {
-                (Some(l), Some(p)) if !p.is_zero() => {
-                    format!("{:.2}", l.as_secs_f64() / p.as_secs_f64())
-                }
-                _ => "-".to_string(),
-            };
             println!(
                 "| perfkit lint | {} | {} | {:.3} | {:.0} | {} | {} | {:.2} | {} | {} |",
                 report.files_scanned,
@@ -428,9 +470,19 @@ fn main() -> ExitCode {
                 lint.cpu_text(),
                 lint.cpu_rate_text(lines),
                 lint.wall.as_secs_f64() / parse.wall.as_secs_f64().max(1e-9),
-                cpu_ratio,
+                cpu_ratio(&lint),
                 lint_panics
             );
+            if let (Some(l), Some(r)) = (lint.cpu, retain.cpu) {
+                println!();
+                println!(
+                    "the lint over the pass that keeps each crate's trees: {:.2} in wall time, {:.2} in CPU \
+                     time (what the analysis and the rules cost; the rest of the lint's ratio is the \
+                     cost of keeping the trees)",
+                    lint.wall.as_secs_f64() / retain.wall.as_secs_f64().max(1e-9),
+                    l.as_secs_f64() / r.as_secs_f64().max(1e-9),
+                );
+            }
             println!();
             println!(
                 "{} threads, best of {} runs of each pass (alternating); {} findings; files syn could \

@@ -54,7 +54,9 @@ struct CrateOutput {
     exported: Option<ExternalFacts>,
 }
 
-pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
+/// The crates and packages of a run, each with its files and configuration, largest first (the
+/// order they are linted in), and the paths that could not be walked.
+fn plan(options: &LintOptions) -> Result<(Vec<CrateJob>, Vec<FileError>), LintError> {
     for (flag, list) in [("--select", &options.select), ("--ignore", &options.ignore)] {
         for code in list {
             if config::check_code(code).is_err() {
@@ -78,7 +80,7 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
         options.paths.clone()
     };
     let walked = walk::walk(&paths);
-    let mut errors = walked.errors;
+    let errors = walked.errors;
 
     // Group files into crates, each with its configuration.
     let mut finder = CrateFinder::new();
@@ -142,6 +144,24 @@ pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
     for job in jobs.iter_mut().filter(|job| !job.python) {
         job.manifest = cargo_manifest(&job.root);
     }
+    Ok((jobs, errors))
+}
+
+/// The jobs of [`plan`], as the library lists them.
+pub(crate) fn plan_jobs(options: &LintOptions) -> Result<Vec<crate::PlannedJob>, LintError> {
+    let (jobs, _) = plan(options)?;
+    Ok(jobs
+        .into_iter()
+        .map(|job| crate::PlannedJob {
+            root: job.root,
+            python: job.python,
+            files: job.files,
+        })
+        .collect())
+}
+
+pub(crate) fn run(options: &LintOptions) -> Result<LintReport, LintError> {
+    let (jobs, mut errors) = plan(options)?;
     let total: usize = jobs.iter().map(|j| j.files.len()).sum();
     let done = AtomicUsize::new(0);
     let feeders = workspace_feeders(&jobs);

@@ -163,3 +163,22 @@ pub enum LintError {
 pub fn lint(options: &LintOptions) -> Result<LintReport, LintError> {
     engine::run(options)
 }
+
+/// A Rust crate or a Python package of a lint run, as [`lint_plan`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedJob {
+    /// The crate's or package's root.
+    pub root: PathBuf,
+    /// A Python package rather than a Rust crate.
+    pub python: bool,
+    /// Its files, in the order they are read.
+    pub files: Vec<PathBuf>,
+}
+
+/// The crates and packages that [`lint`] would form from `options`, in the order it starts them
+/// (largest first), without linting anything: for benchmarks that run another pass over the same
+/// groups of files (`lint/benches`).
+#[doc(hidden)]
+pub fn lint_plan(options: &LintOptions) -> Result<Vec<PlannedJob>, LintError> {
+    engine::plan_jobs(options)
+}

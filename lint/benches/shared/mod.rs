@@ -21,3 +21,40 @@ pub fn process_cpu_time() -> Option<Duration> {
         u32::try_from(now.tv_nsec).ok()?,
     ))
 }
+
+/// Parses the files of each crate or package of `plan` (the groups the lint forms, see
+/// `perfkit_lint::lint_plan`) and keeps every file's tree until its whole group is parsed, then
+/// drops the group's trees together: what the lint cannot avoid as long as its rules read a
+/// crate's trees after the crate-wide analysis. Groups are taken largest first from one queue by
+/// the pool's threads, as the lint takes them; `after_group` runs on the thread once a group's
+/// trees are dropped. Returns the files that could not be read or parsed.
+pub fn retain_pass<T>(
+    pool: &rayon::ThreadPool,
+    plan: &[perfkit_lint::PlannedJob],
+    parse: &(dyn Fn(&std::path::Path) -> Option<T> + Sync),
+    after_group: &(dyn Fn() + Sync),
+) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    pool.scope(|scope| {
+        for _ in 0..pool.current_num_threads() {
+            scope.spawn(|_| {
+                while let Some(job) = plan.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let mut kept = Vec::with_capacity(job.files.len());
+                    for file in &job.files {
+                        match parse(file) {
+                            Some(tree) => kept.push(tree),
+                            None => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    drop(kept);
+                    after_group();
+                }
+            });
+        }
+    });
+    failed.into_inner()
+}
