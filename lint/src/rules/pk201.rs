@@ -66,10 +66,15 @@ crate::declare_rule! {
     /// the target device and the copy goes.
     ///
     /// ## Python
-    /// Python (PyTorch, Lightning): flags a tensor constructor (`torch.rand`, `torch.zeros`,
-    /// `torch.tensor`, `torch.arange`, ...) without `device=` whose result is copied with `.cuda()` /
-    /// `.to(device)`: in the same expression (also through arithmetic), from a name bound to it, or
-    /// returned by a helper. The chained form is fixed by `--fix`.
+    /// Python (PyTorch, Lightning): flags a tensor constructor that fills the tensor itself
+    /// (`torch.rand`, `torch.zeros`, `torch.full`, `torch.arange`, `torch.randperm`, ...) without
+    /// `device=` whose result is copied with `.cuda()` / `.to(device)`: in the same expression (also
+    /// through arithmetic), from a name bound to it, or returned by a helper. The chained form is
+    /// fixed by `--fix`. `torch.tensor` and `torch.as_tensor` count only when their data is one
+    /// repeated value (`torch.tensor(0.5)`, `torch.tensor([0.0] * n)`: a fill in disguise, for
+    /// `torch.full` on the device); from other data they are not flagged, because PyTorch builds a
+    /// tensor from Python data on the CPU and copies it even when given `device=`: host data is
+    /// copied once either way.
     ///
     /// ```python
     /// noise = torch.rand(2, 2).cuda()
@@ -891,13 +896,18 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 continue;
             }
             let name = facts::dotted(&ctor.func).unwrap_or_default();
-            let mut finding = cx.finding(
-                file,
-                ctor.func.range(),
-                format!("`{name}` builds the tensor on the CPU, then `{copy}` copies it to the device"),
-                format!("create it on the target device: pass `device={target}` to `{name}` and drop `{copy}`"),
-            );
-            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
+            let drop = format!("`{copy}`");
+            let words = CopyWords {
+                what: "the tensor",
+                copy: &copy,
+                where_: "",
+                drop: &drop,
+            };
+            let (message, help) = python_advice(cx, file, ctor, &name, &words, &target);
+            let mut finding = cx.finding(file, ctor.func.range(), message, help);
+            let data = name.strip_prefix("torch.").is_some_and(is_data_constructor);
+            if !data
+                && matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
                 && let Some(fix) = python_fix(cx, file, call, ctor, &target)
             {
                 finding = finding.with_fix(fix);
@@ -918,12 +928,15 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             let name = facts::dotted(&ctor.func).unwrap_or_default();
             let var = facts::dotted(recv).unwrap_or_default();
             let line = cx.file(file).line_name(call.start);
-            out.push(cx.finding(
-                file,
-                ctor.func.range(),
-                format!("`{name}` builds `{var}` on the CPU, then `{copy}` on {line} copies it to the device"),
-                format!("create it on the target device: pass `device={target}` to `{name}` and drop the copy"),
-            ));
+            let (what, where_) = (format!("`{var}`"), format!(" on {line}"));
+            let words = CopyWords {
+                what: &what,
+                copy: &copy,
+                where_: &where_,
+                drop: "the copy",
+            };
+            let (message, help) = python_advice(cx, file, ctor, &name, &words, &target);
+            out.push(cx.finding(file, ctor.func.range(), message, help));
             continue;
         }
         // A helper of the package that returns a CPU tensor: `make_mask(n).cuda()`.
@@ -992,6 +1005,14 @@ fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
             if !python_names::CONSTRUCTORS.contains(&name) {
                 return None;
             }
+            // `torch.tensor(data)` builds on the CPU and copies even when given `device=`
+            // (PyTorch fills a host tensor from the Python data, then moves it): host data has to
+            // be copied once either way. Only one repeated value is a fill in disguise.
+            if is_data_constructor(name)
+                && python_data_arg(call).is_none_or(|data| repeated_literal(data).is_none())
+            {
+                return None;
+            }
             let has_device = call
                 .arguments
                 .keywords
@@ -1004,6 +1025,111 @@ fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
         }
         _ => None,
     }
+}
+
+/// `torch.tensor` / `torch.as_tensor`: constructors from data rather than fills.
+fn is_data_constructor(name: &str) -> bool {
+    matches!(name, "tensor" | "as_tensor")
+}
+
+/// The data argument of `torch.tensor(data, ..)`.
+fn python_data_arg(call: &PyExprCall) -> Option<&PyExpr> {
+    call.arguments
+        .args
+        .first()
+        .or_else(|| facts::keyword(call, "data"))
+}
+
+/// The one value a literal buffer repeats: a number or boolean literal (`0.5`, `-1`, `True`), a
+/// list or tuple literal whose elements all repeat the same value (`[0.0, 0.0]`, `[[1] * 4] * 2`),
+/// or such a list times a count (`[0] * n`).
+fn repeated_literal(expr: &PyExpr) -> Option<&PyExpr> {
+    use ruff_python_ast::comparable::ComparableExpr;
+    match expr {
+        PyExpr::NumberLiteral(_) | PyExpr::BooleanLiteral(_) => Some(expr),
+        PyExpr::UnaryOp(u)
+            if matches!(
+                u.op,
+                ruff_python_ast::UnaryOp::USub | ruff_python_ast::UnaryOp::UAdd
+            ) && matches!(&*u.operand, PyExpr::NumberLiteral(_)) =>
+        {
+            Some(expr)
+        }
+        PyExpr::List(_) | PyExpr::Tuple(_) => {
+            let elts = match expr {
+                PyExpr::List(l) => &l.elts,
+                PyExpr::Tuple(t) => &t.elts,
+                _ => return None,
+            };
+            let (first, rest) = elts.split_first()?;
+            let value = repeated_literal(first)?;
+            let key = ComparableExpr::from(value);
+            rest.iter()
+                .all(|e| repeated_literal(e).is_some_and(|v| ComparableExpr::from(v) == key))
+                .then_some(value)
+        }
+        PyExpr::BinOp(bin) if bin.op == ruff_python_ast::Operator::Mult => {
+            let list = |e: &PyExpr| matches!(e, PyExpr::List(_) | PyExpr::Tuple(_));
+            if list(&bin.left) {
+                repeated_literal(&bin.left)
+            } else if list(&bin.right) {
+                repeated_literal(&bin.right)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// How a PK201 finding of Python words the copy: the tensor built (`the tensor`, `` `x` ``), the
+/// copy (`.cuda()`), where it is (` on line 12`, or nothing) and what to drop (`` `.cuda()` ``,
+/// `the copy`).
+struct CopyWords<'s> {
+    what: &'s str,
+    copy: &'s str,
+    where_: &'s str,
+    drop: &'s str,
+}
+
+/// The message and help of a constructor `name` (dotted) whose tensor is copied to `target`.
+fn python_advice(
+    cx: &PyContext<'_>,
+    file: usize,
+    ctor: &PyExprCall,
+    name: &str,
+    words: &CopyWords<'_>,
+    target: &str,
+) -> (String, String) {
+    let CopyWords {
+        what,
+        copy,
+        where_,
+        drop,
+    } = words;
+    let short = name.strip_prefix("torch.").unwrap_or(name);
+    if !is_data_constructor(short) {
+        return (
+            format!(
+                "`{name}` builds {what} on the CPU, then `{copy}`{where_} copies it to the device"
+            ),
+            format!(
+                "create it on the target device: pass `device={target}` to `{name}` and drop {drop}"
+            ),
+        );
+    }
+    let value = python_data_arg(ctor)
+        .and_then(repeated_literal)
+        .map(|v| cx.file(file).text(v.range()).to_string())
+        .unwrap_or_default();
+    (
+        format!(
+            "`{name}` builds {what} of one repeated value (`{value}`) on the CPU, then `{copy}`{where_} copies it to the device"
+        ),
+        format!(
+            "fill it on the device: `torch.full(shape, {value}, device={target})` (or `torch.zeros`/`torch.ones`); `{name}(.., device=..)` would still build it on the CPU and copy it"
+        ),
+    )
 }
 
 /// The fix of the simple chained form: `torch.rand(2, 2).cuda()` -> `torch.rand(2, 2, device="cuda")`.
