@@ -181,6 +181,9 @@ pub struct PyFacts<'a> {
     pub accumulates: Vec<PyAccumulate<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
+    /// Names that import statements bind, anywhere in the module (`utils` of `import utils`,
+    /// `from pkg import utils` and `import pkg.utils as utils`; `pkg` of `import pkg.utils`).
+    pub imports: Vec<&'a str>,
     /// Where statements and expressions first nest deeper than [`MAX_NESTING`] (a byte offset):
     /// the walk stops descending there, and the file is reported instead of linted.
     pub too_deep: Option<usize>,
@@ -681,6 +684,23 @@ impl<'a> Collector<'a> {
                         no_grad: self.no_grad > 0,
                         in_test: self.in_test(),
                     });
+                }
+            }
+            Stmt::Import(import) => {
+                for alias in &import.names {
+                    let bound = match &alias.asname {
+                        Some(name) => name.as_str(),
+                        None => alias.name.as_str().split('.').next().unwrap_or_default(),
+                    };
+                    self.facts.imports.push(bound);
+                }
+            }
+            Stmt::ImportFrom(import) => {
+                for alias in &import.names {
+                    let bound = alias.asname.as_ref().unwrap_or(&alias.name).as_str();
+                    if bound != "*" {
+                        self.facts.imports.push(bound);
+                    }
                 }
             }
             _ => visitor::walk_stmt(self, stmt),

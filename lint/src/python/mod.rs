@@ -706,6 +706,15 @@ impl<'a> PyContext<'a> {
             return Targets::default();
         };
         if !is_self {
+            // `x.foo(..)` runs a module-level function only when `x` is an imported module
+            // (`utils.foo(..)`): `model.train()` is a method of the model, not the script's
+            // `def train(..)`.
+            if let (None, Some(Expr::Name(recv))) = (call.func_name, call.receiver)
+                && !found.functions.is_empty()
+                && !self.units[file].facts.imports.contains(&recv.id.as_str())
+            {
+                return Targets::default();
+            }
             // A plain call (a module-level function, or a class: its `__init__` is not a step), or
             // `module.foo(..)`.
             return capped(found.functions.iter().copied());
@@ -1958,6 +1967,38 @@ mod tests {
             }
             ruff_python_ast::visitor::walk_expr(self, expr);
         }
+    }
+
+    #[test]
+    fn a_call_on_a_name_runs_a_module_function_only_through_an_imported_module() {
+        // `U.helper()`, `tools.helper()` and `a.helper()` name imported modules and may run the
+        // package's `def helper`; `model.helper()` is a method of whatever `model` is (yolov5's
+        // `model.train()` is not its script's `def train(..)`).
+        let sources = [
+            "import utils as U\nfrom pkg import tools\nimport a.b\n\ndef helper():\n    pass\n\ndef train(model):\n    U.helper()\n    tools.helper()\n    a.helper()\n    model.helper()\n    helper()\n",
+        ];
+        let files = parse_all(&sources);
+        let units = package(&files);
+        let config = Config::default();
+        let cx = PyContext::build(&units, &config);
+        let resolved = |receiver: Option<&str>| {
+            let call = units[0]
+                .facts
+                .calls
+                .iter()
+                .find(|c| {
+                    c.receiver
+                        .map(|r| files[0].source[r.range()].to_string())
+                        .as_deref()
+                        == receiver
+                })
+                .unwrap();
+            !cx.targets(0, call).is_empty()
+        };
+        for receiver in [Some("U"), Some("tools"), Some("a"), None] {
+            assert!(resolved(receiver), "{receiver:?}");
+        }
+        assert!(!resolved(Some("model")));
     }
 
     #[test]

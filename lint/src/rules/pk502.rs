@@ -531,12 +531,35 @@ fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
                     .as_deref()
                     .map(|p| p.rsplit('.').next().unwrap_or(p))
             })
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        name == "fit"
-            || ["train", "optim", "backward"]
-                .iter()
-                .any(|w| name.contains(w))
+            .unwrap_or("");
+        names_training(name)
+    })
+}
+
+/// Whether a callee's name names training: one of its words (split at `_` and at capitals) is
+/// `fit` or `backward`, starts with `optim`, or starts with `train` or `pretrain` (`Trainer`,
+/// `training`, `pretrain_model`) without ending in `trained` (`load_pretrained_weights` loads
+/// weights). A word that only contains the letters (`constrain`) does not count.
+fn names_training(name: &str) -> bool {
+    let mut words = Vec::new();
+    for part in name.split('_') {
+        let mut start = 0;
+        let bytes = part.as_bytes();
+        for i in 1..bytes.len() {
+            if bytes[i].is_ascii_uppercase() && bytes[i - 1].is_ascii_lowercase() {
+                words.push(&part[start..i]);
+                start = i;
+            }
+        }
+        words.push(&part[start..]);
+    }
+    words.iter().any(|word| {
+        let word = word.to_ascii_lowercase();
+        word == "fit"
+            || word == "backward"
+            || ((word.starts_with("train") || word.starts_with("pretrain"))
+                && !word.ends_with("trained"))
+            || word.starts_with("optim")
     })
 }
 
@@ -553,6 +576,32 @@ fn is_inference_call(path: &str, method: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn callee_names_name_training_by_their_words() {
+        for name in [
+            "train",
+            "fit",
+            "backward",
+            "TrainLoop",
+            "train_one_epoch",
+            "run_training",
+            "Trainer",
+            "pretrain_model",
+            "optimizer_step",
+        ] {
+            assert!(super::names_training(name), "{name}");
+        }
+        for name in [
+            "load_pretrained_weights",
+            "load_trained_model",
+            "constrain_shape",
+            "evaluate",
+            "",
+        ] {
+            assert!(!super::names_training(name), "{name}");
+        }
+    }
+
     use crate::{LintOptions, lint};
 
     const SOURCE: &str = "const BATCH_SIZE: usize = 8;\nconst EVAL_BATCH_SIZE: usize = 1;\n\
