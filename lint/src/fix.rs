@@ -3,8 +3,10 @@
 //! Per file, the fixes of its findings are taken in source order; a fix whose edits overlap an edit of a
 //! fix already taken is skipped (the next run picks it up once the first one is in). The edited text must
 //! still parse (as Rust with `syn`, as Python with Ruff's parser) before anything is written, and it is written atomically: to a temporary
-//! file in the same directory, then renamed over the original, which keeps its permissions. A file whose
-//! fixed text would not parse is left as it was and reported.
+//! file in the same directory, then renamed over the original, which keeps its permissions and owner
+//! (see [`write_fixed`] for files that cannot be replaced that way). A file whose fixed text would not
+//! parse, that the user may not write, or that changed since it was linted is left as it was and
+//! reported.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -40,8 +42,11 @@ pub enum FixError {
         /// The file.
         path: PathBuf,
     },
-    /// The file is read-only: perfkit does not write a file its owner protected.
-    #[error("{path}: the file is read-only; left unchanged (make it writable to apply the fixes)")]
+    /// The file is read-only, or the user may not write it: perfkit does not write a file its owner
+    /// protected.
+    #[error(
+        "{path}: the file is read-only or not yours to write; left unchanged (make it writable to apply the fixes)"
+    )]
     ReadOnly {
         /// The file.
         path: PathBuf,
@@ -52,6 +57,17 @@ pub enum FixError {
         /// The file.
         path: PathBuf,
         /// The parser's message.
+        message: String,
+    },
+    /// The fixed text would need a newer Python than the file does (an f-string that reuses its
+    /// quote, valid from 3.12); the file was left as it was.
+    #[error(
+        "{path}: the fixed file would need a newer Python than it does now ({message}); left unchanged"
+    )]
+    NewerPython {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with the line.
         message: String,
     },
 }
@@ -72,7 +88,8 @@ impl FixError {
             | FixError::Stale { path, .. }
             | FixError::Changed { path }
             | FixError::ReadOnly { path }
-            | FixError::WouldNotParse { path, .. } => path,
+            | FixError::WouldNotParse { path, .. }
+            | FixError::NewerPython { path, .. } => path,
         }
     }
 }
@@ -165,19 +182,17 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
     if fixed.applied == 0 || fixed.text == original {
         return Ok(None);
     }
-    if std::fs::metadata(path)
-        .map_err(io_error)?
-        .permissions()
-        .readonly()
-    {
-        return Err(FixError::ReadOnly {
-            path: path.to_path_buf(),
-        });
-    }
     if crate::engine::is_python(path) {
         if let Err((message, offset)) = crate::python::parse_source(&fixed.text) {
             let line = crate::diagnostic::line_at_offset(fixed.text.as_bytes(), offset);
             return Err(FixError::WouldNotParse {
+                path: path.to_path_buf(),
+                message: format!("line {line}: {message}"),
+            });
+        }
+        if let Some((message, offset)) = crate::python::newer_syntax(&original, &fixed.text) {
+            let line = crate::diagnostic::line_at_offset(fixed.text.as_bytes(), offset);
+            return Err(FixError::NewerPython {
                 path: path.to_path_buf(),
                 message: format!("line {line}: {message}"),
             });
@@ -189,8 +204,100 @@ fn fix_file(path: &Path, fixes: &[&Fix]) -> Result<Option<FixedText>, FixError> 
             message: format!("line {}: {error}", start.line),
         });
     }
-    write_atomically(path, fixed.text.as_bytes()).map_err(io_error)?;
+    write_fixed(path, &original, fixed.text.as_bytes())?;
     Ok(Some(fixed))
+}
+
+/// Writes the fixed text of `path`, whose text was `original` when the fixes were computed.
+///
+/// A file the user may not write is left alone, whatever the directory allows: its mode says
+/// read-only, or opening it for writing is refused (another user's file in a shared directory).
+/// The text is then written to a temporary file beside it, which takes the file's permissions and
+/// owner, and renamed over it; a file with other hard links, or whose owner the temporary file
+/// cannot take, is rewritten in place instead (a rename would leave the other names with the old
+/// text, or give the file to whoever runs perfkit). Right before the rename (or the rewrite) the
+/// file is read again: if it is no longer `original` (saved meanwhile), nothing is written and the
+/// file is reported as changed.
+fn write_fixed(path: &Path, original: &str, contents: &[u8]) -> Result<(), FixError> {
+    let io_error = |source| FixError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let read_only = || FixError::ReadOnly {
+        path: path.to_path_buf(),
+    };
+    let changed = || FixError::Changed {
+        path: path.to_path_buf(),
+    };
+    let target = std::fs::canonicalize(path).map_err(io_error)?;
+    let meta = std::fs::metadata(&target).map_err(io_error)?;
+    if meta.permissions().readonly() {
+        return Err(read_only());
+    }
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&target)
+    {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(read_only());
+        }
+        Err(error) => return Err(io_error(error)),
+    };
+    let unchanged = |file: &mut std::fs::File| -> std::io::Result<bool> {
+        use std::io::{Read, Seek};
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let mut now = Vec::with_capacity(original.len() + 1);
+        file.read_to_end(&mut now)?;
+        Ok(now == original.as_bytes())
+    };
+    let in_place = |file: &mut std::fs::File| -> Result<(), FixError> {
+        use std::io::Seek;
+        if !unchanged(file).map_err(io_error)? {
+            return Err(changed());
+        }
+        file.set_len(0).map_err(io_error)?;
+        file.seek(std::io::SeekFrom::Start(0)).map_err(io_error)?;
+        file.write_all(contents).map_err(io_error)?;
+        file.sync_all().map_err(io_error)
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            return in_place(&mut file);
+        }
+    }
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::Builder::new()
+        .prefix(".perfkit-fix")
+        .tempfile_in(dir)
+        .map_err(io_error)?;
+    temp.write_all(contents).map_err(io_error)?;
+    temp.as_file().sync_all().map_err(io_error)?;
+    temp.as_file()
+        .set_permissions(meta.permissions())
+        .map_err(io_error)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let owner = (meta.uid(), meta.gid());
+        let temp_meta = temp.as_file().metadata().map_err(io_error)?;
+        if (temp_meta.uid(), temp_meta.gid()) != owner
+            && std::os::unix::fs::fchown(temp.as_file(), Some(owner.0), Some(owner.1)).is_err()
+        {
+            // The temporary file (removed when dropped) cannot take the owner: rewrite in place.
+            drop(temp);
+            return in_place(&mut file);
+        }
+    }
+    if !unchanged(&mut file).map_err(io_error)? {
+        return Err(changed());
+    }
+    temp.persist(&target)
+        .map_err(|error| io_error(error.error))?;
+    Ok(())
 }
 
 /// Applies `fixes` to `text`: fixes in order of their first edit, each one whole or not at all, skipping a
@@ -203,9 +310,14 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
         .filter(|fix| !fix.edits.is_empty())
         .collect();
     ordered.sort_by_key(|fix| fix.edits.iter().map(|edit| (edit.start, edit.end)).min());
-    let mut taken: Vec<&Edit> = Vec::new();
+    // The edits taken so far, by (start, end): they never overlap one another, so an edit can
+    // only overlap the last one that starts before it or those that start within it (a lookup,
+    // not a pass over every edit taken: a file with 100,000 fixes is fixed in linear time).
+    let mut taken: BTreeMap<(usize, usize), &Edit> = BTreeMap::new();
     let mut applied = 0;
-    let mut seen: Vec<&Fix> = Vec::new();
+    // The fixes applied, by their first edit: an exact duplicate has the same first edit.
+    let mut seen: std::collections::HashMap<(usize, usize), Vec<&Fix>> =
+        std::collections::HashMap::new();
     let mut skipped = 0;
     for fix in ordered {
         for edit in &fix.edits {
@@ -221,30 +333,35 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
             }
         }
         // Two findings can carry the same fix (one chain, two rules): it counts once.
-        if seen.iter().any(|other| other.edits == fix.edits) {
+        let first = fix
+            .edits
+            .iter()
+            .map(|edit| (edit.start, edit.end))
+            .min()
+            .unwrap_or_default();
+        let same_start = seen.entry(first).or_default();
+        if same_start.iter().any(|other| other.edits == fix.edits) {
             continue;
         }
-        seen.push(fix);
+        same_start.push(fix);
         let overlaps_own = fix
             .edits
             .iter()
             .enumerate()
             .any(|(i, a)| fix.edits.iter().skip(i + 1).any(|b| overlap(a, b)));
-        let overlaps_taken = fix
-            .edits
-            .iter()
-            .any(|a| taken.iter().any(|b| overlap(a, b)));
+        let overlaps_taken = fix.edits.iter().any(|a| overlaps_any(&taken, a));
         if overlaps_own || overlaps_taken {
             skipped += 1;
             continue;
         }
-        taken.extend(fix.edits.iter());
+        for edit in &fix.edits {
+            taken.insert((edit.start, edit.end), edit);
+        }
         applied += 1;
     }
-    taken.sort_by_key(|edit| (edit.start, edit.end));
     let mut out = String::with_capacity(text.len());
     let mut cursor = 0;
-    for edit in &taken {
+    for edit in taken.values() {
         out.push_str(&text[cursor..edit.start]);
         out.push_str(&edit.replacement);
         cursor = edit.end;
@@ -257,6 +374,18 @@ pub fn apply_to_text(text: &str, fixes: &[&Fix]) -> Result<FixedText, usize> {
     })
 }
 
+/// Whether `edit` overlaps any of `taken` (edits that do not overlap one another, by start and
+/// end). Only two kinds can: the last edit that starts before `edit` (it may reach into it) and
+/// those that start from `edit`'s start to its end; each is checked with [`overlap`].
+fn overlaps_any(taken: &BTreeMap<(usize, usize), &Edit>, edit: &Edit) -> bool {
+    let before = taken.range(..(edit.start, 0)).next_back();
+    let within = taken.range((edit.start, 0)..=(edit.end, usize::MAX));
+    before
+        .into_iter()
+        .chain(within)
+        .any(|(_, other)| overlap(edit, other))
+}
+
 /// Two edits conflict when their ranges share a byte, or when both insert at the same point (their
 /// order would be a guess).
 fn overlap(a: &Edit, b: &Edit) -> bool {
@@ -265,23 +394,6 @@ fn overlap(a: &Edit, b: &Edit) -> bool {
     }
     // Also true for an insertion strictly inside the other edit's range.
     a.start < b.end && b.start < a.end
-}
-
-/// Writes `contents` to `path` through a temporary file in the same directory and a rename, so that a
-/// reader sees the old file or the new one, never half of it. A symbolic link is followed (the file it
-/// points to is rewritten, the link stays). The file keeps its permissions.
-pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let target = std::fs::canonicalize(path)?;
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let permissions = std::fs::metadata(&target)?.permissions();
-    let mut temp = tempfile::Builder::new()
-        .prefix(".perfkit-fix")
-        .tempfile_in(dir)?;
-    temp.write_all(contents)?;
-    temp.as_file().sync_all()?;
-    temp.as_file().set_permissions(permissions)?;
-    temp.persist(&target).map_err(|error| error.error)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -471,5 +583,97 @@ mod tests {
             std::fs::metadata(&real).unwrap().permissions().mode() & 0o777,
             0o640
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn hard_links_and_the_owner_survive() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.rs");
+        std::fs::write(&real, SOURCE).unwrap();
+        // Run as root, the file first goes to another user, so that keeping the owner is tested
+        // against a user other than the one running the fix.
+        // SAFETY: `geteuid` has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&real, Some(1234), Some(5678)).unwrap();
+        }
+        let before = std::fs::metadata(&real).unwrap();
+        let summary = apply_fixes(&[diagnostic_with_fix(&real, chained_fix())]);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        let after = std::fs::metadata(&real).unwrap();
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+        assert!(
+            std::fs::read_to_string(&real)
+                .unwrap()
+                .contains("Tensor::zeros(2, &dev)?;")
+        );
+
+        // A second name of the same file sees the fix: the file is rewritten, not replaced.
+        let other = dir.path().join("other.rs");
+        std::fs::write(&real, SOURCE).unwrap();
+        std::fs::hard_link(&real, &other).unwrap();
+        let inode = std::fs::metadata(&real).unwrap().ino();
+        let summary = apply_fixes(&[diagnostic_with_fix(&real, chained_fix())]);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(std::fs::metadata(&real).unwrap().ino(), inode);
+        let fixed = std::fs::read_to_string(&other).unwrap();
+        assert!(fixed.contains("Tensor::zeros(2, &dev)?;"), "{fixed}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".perfkit-fix"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_file_saved_after_its_fixes_were_computed_is_left_alone() {
+        // What the fixes were computed on is read again right before the file is replaced.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.rs");
+        let saved = "fn f() {} // saved by the user meanwhile\n";
+        std::fs::write(&path, saved).unwrap();
+        let error = write_fixed(&path, SOURCE, b"fn fixed() {}\n").unwrap_err();
+        assert!(matches!(error, FixError::Changed { .. }), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), saved);
+    }
+
+    #[test]
+    fn overlap_lookups_agree_with_a_check_of_every_edit_taken() {
+        // Random edits (a fixed linear congruential sequence): the indexed lookup finds an overlap
+        // exactly when comparing with every edit taken does.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |bound: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % bound
+        };
+        for _ in 0..200 {
+            let mut taken: BTreeMap<(usize, usize), &Edit> = BTreeMap::new();
+            let edits: Vec<Edit> = (0..60)
+                .map(|_| {
+                    let start = next(100);
+                    let len = if next(3) == 0 { 0 } else { next(6) };
+                    Edit {
+                        start,
+                        end: start + len,
+                        replacement: String::new(),
+                    }
+                })
+                .collect();
+            for edit in &edits {
+                let brute = taken.values().any(|other| overlap(edit, other));
+                assert_eq!(
+                    overlaps_any(&taken, edit),
+                    brute,
+                    "{edit:?} against {taken:?}"
+                );
+                if !brute {
+                    taken.insert((edit.start, edit.end), edit);
+                }
+            }
+        }
     }
 }

@@ -72,6 +72,29 @@ pub(crate) fn parse_notebook_source(source: &str) -> Result<Parsed<ModModule>, (
     )
 }
 
+/// Syntax that `fixed` uses and `original` nowhere does, which Python 3.8 rejects: a fix must not
+/// make a file need a newer Python than it did (`device="cuda"` inserted into a double-quoted
+/// f-string reuses its quote, valid from 3.12 only). A file that already uses that syntax needs
+/// that Python anyway. The first such use, as (message, byte offset in `fixed`); `None` when the
+/// fix adds none.
+pub(crate) fn newer_syntax(original: &str, fixed: &str) -> Option<(String, usize)> {
+    let options = || {
+        ParseOptions::from(ruff_python_ast::PySourceType::Python)
+            .with_target_version(ruff_python_ast::PythonVersion::PY38)
+    };
+    let after = ruff_python_parser::parse_unchecked(fixed, options());
+    if after.unsupported_syntax_errors().is_empty() {
+        return None;
+    }
+    let before = ruff_python_parser::parse_unchecked(original, options());
+    let known = before.unsupported_syntax_errors();
+    after
+        .unsupported_syntax_errors()
+        .iter()
+        .find(|error| !known.iter().any(|k| k.kind == error.kind))
+        .map(|error| (error.to_string(), error.range.start().to_usize()))
+}
+
 fn parse_with(source: &str, options: ParseOptions) -> Result<Parsed<ModModule>, (String, usize)> {
     let parsed = ruff_python_parser::parse_unchecked(source, options);
     if let Some(error) = parsed.errors().first() {
@@ -1967,6 +1990,32 @@ mod tests {
             }
             ruff_python_ast::visitor::walk_expr(self, expr);
         }
+    }
+
+    #[test]
+    fn a_fix_may_not_make_a_file_need_a_newer_python() {
+        let original = "print(f\"{torch.rand(2).cuda()}\")\n";
+        let fixed = "print(f\"{torch.rand(2, device=\"cuda\")}\")\n";
+        let (message, offset) =
+            newer_syntax(original, fixed).expect("a reused quote is 3.12 syntax");
+        assert!(message.contains("quote"), "{message}");
+        assert_eq!(&fixed[offset..offset + 1], "\"");
+        // A file that reuses quotes elsewhere needs 3.12 already; other fixes add nothing.
+        let elsewhere = "print(f\"{\"x\"}\")\n";
+        assert_eq!(
+            newer_syntax(
+                &format!("{original}{elsewhere}"),
+                &format!("{fixed}{elsewhere}")
+            ),
+            None
+        );
+        assert_eq!(
+            newer_syntax(
+                "x = torch.rand(2).cuda()\n",
+                "x = torch.rand(2, device=\"cuda\")\n"
+            ),
+            None
+        );
     }
 
     #[test]
