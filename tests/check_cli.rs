@@ -129,6 +129,52 @@ fn github_format_sarif_and_step_summary() {
 }
 
 #[test]
+fn sarif_replaces_only_its_own_log_and_never_writes_through_a_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lint = fixture("pk101-host-readback-in-step-loop");
+    let check = |sarif: &std::path::Path| {
+        let mut cmd = perfkit();
+        cmd.args(["check", "--sarif"])
+            .arg(sarif)
+            .arg("--lint")
+            .arg(&lint);
+        cmd.assert()
+    };
+    // A log of perfkit's own (an earlier check) is replaced.
+    let own = dir.path().join("lint.sarif");
+    check(&own).code(1);
+    let first = std::fs::read(&own).expect("written");
+    check(&own).code(1);
+    assert_eq!(std::fs::read(&own).unwrap(), first);
+    // Any other file stays as it was, and the run fails naming it.
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, "keep me\n").expect("write");
+    let out = check(&foreign).code(2).get_output().stderr.clone();
+    let stderr = String::from_utf8_lossy(&out);
+    assert!(
+        stderr.contains("not a SARIF log written by perfkit"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "keep me\n");
+    // A symbolic link is not written through, even to a log of perfkit's.
+    let link = dir.path().join("link.sarif");
+    std::os::unix::fs::symlink(&own, &link).expect("symlink");
+    let out = check(&link).code(2).get_output().stderr.clone();
+    assert!(String::from_utf8_lossy(&out).contains("symbolic link"));
+    assert_eq!(std::fs::read(&own).unwrap(), first);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".perfkit-sarif")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
 fn anti_pattern_run_fails_against_the_tuned_baseline() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = run_dir(dir.path(), "tuned", &Workload::tuned());

@@ -810,14 +810,69 @@ fn load(path: &Path, options: &AnalyzeOptions) -> anyhow::Result<Run> {
         .with_context(|| format!("cannot read the run {}", path.display()))
 }
 
+/// Writes the SARIF log to `path`, which must not exist or must be a SARIF log of perfkit's (an
+/// earlier check's): perfkit does not overwrite a file it cannot prove it wrote, and does not
+/// write through a symbolic link. The log is written to a temporary file beside it and renamed, so
+/// that a reader never sees half of it.
 fn write_sarif(path: &Path, report: &LintReport, rules: &[&RuleMeta]) -> anyhow::Result<()> {
-    let mut file = std::io::BufWriter::new(
-        std::fs::File::create(path)
-            .with_context(|| format!("cannot create the SARIF file {}", path.display()))?,
-    );
-    output::sarif::render(&mut file, report, rules)
-        .and_then(|()| file.flush())
-        .with_context(|| format!("cannot write the SARIF file {}", path.display()))
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("cannot write the SARIF file {}", path.display()));
+        }
+        Ok(meta) if meta.file_type().is_symlink() => bail!(
+            "--sarif {}: a symbolic link; perfkit does not write through it (give the file's own path)",
+            path.display()
+        ),
+        Ok(meta) if !meta.is_file() => {
+            bail!("--sarif {}: not a regular file; left alone", path.display())
+        }
+        Ok(_) if !is_perfkit_sarif(path) => bail!(
+            "--sarif {}: the file exists and is not a SARIF log written by perfkit; left alone \
+             (remove it or choose another path)",
+            path.display()
+        ),
+        Ok(_) => {}
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let context = || format!("cannot write the SARIF file {}", path.display());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".perfkit-sarif");
+    // Created as `File::create` creates a file: readable by others unless the umask says not.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut temp = builder.tempfile_in(dir).with_context(context)?;
+    {
+        let mut out = std::io::BufWriter::new(temp.as_file_mut());
+        output::sarif::render(&mut out, report, rules)
+            .and_then(|()| out.flush())
+            .with_context(context)?;
+    }
+    temp.persist(path)
+        .map_err(|error| error.error)
+        .with_context(context)?;
+    Ok(())
+}
+
+/// Whether `path` holds a SARIF log whose tool is perfkit.
+fn is_perfkit_sarif(path: &Path) -> bool {
+    let Ok(text) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(log) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return false;
+    };
+    log["version"] == "2.1.0"
+        && log["runs"].as_array().is_some_and(|runs| {
+            !runs.is_empty()
+                && runs
+                    .iter()
+                    .all(|run| run["tool"]["driver"]["name"] == "perfkit")
+        })
 }
 
 fn append(path: &Path, text: &str) -> anyhow::Result<()> {
