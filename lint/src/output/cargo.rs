@@ -200,6 +200,9 @@ fn child(level: &str, message: &str, spans: Vec<Value>) -> Value {
     })
 }
 
+/// Longest source line a span's `text` carries.
+const MAX_SPAN_LINE_BYTES: usize = 4096;
+
 /// A rustc span from `start` to `end` ((line, column), 1-based, column in characters, end
 /// exclusive), with the source lines it covers where the file could be read.
 fn span(
@@ -215,7 +218,11 @@ fn span(
         Some(source) => {
             let lines: Vec<Value> = (start.0..=end.0)
                 .filter_map(|line| {
-                    let text = source.line_text(line)?;
+                    // A line of generated or minified code is left out rather than repeated in
+                    // every span on it (the span's lines and columns still place it).
+                    let text = source
+                        .line_text(line)
+                        .filter(|text| text.len() <= MAX_SPAN_LINE_BYTES)?;
                     let from = if line == start.0 { start.1 } else { 1 };
                     let to = if line == end.0 {
                         end.1

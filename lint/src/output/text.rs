@@ -72,6 +72,8 @@ pub fn render_diagnostic(
     let title = level
         .primary_title(diagnostic.message.as_str())
         .id(diagnostic.code);
+    // The window shown of a very long line (see below); declared first, as the elements borrow it.
+    let shown_window: String;
     let mut elements: Vec<Element<'_>> = Vec::with_capacity(diagnostic.notes.len() + 3);
     match source.and_then(|source| {
         source
@@ -86,13 +88,34 @@ pub fn render_diagnostic(
                 region.end_line,
                 region.end_column,
             );
-            elements.push(
-                Snippet::source(&source.text[excerpt.bytes.clone()])
-                    .line_start(excerpt.first_line)
-                    .path(path.clone())
-                    .annotation(AnnotationKind::Primary.span(span))
-                    .into(),
-            );
+            let text = &source.text[excerpt.bytes.clone()];
+            if text.split('\n').all(|line| line.len() <= MAX_SNIPPET_LINE) {
+                elements.push(
+                    Snippet::source(text)
+                        .line_start(excerpt.first_line)
+                        .path(path.clone())
+                        .annotation(AnnotationKind::Primary.span(span))
+                        .into(),
+                );
+            } else {
+                // A line of generated or minified code: a window around the finding, marked
+                // with `…`, so that rendering does not go over the whole line for every finding
+                // on it; the place is written out, since the window's columns are not the line's.
+                let (window, span, from) = window_around(text, span);
+                elements.push(
+                    Origin::path(path.clone())
+                        .line(region.line)
+                        .char_column(region.column)
+                        .into(),
+                );
+                shown_window = window;
+                elements.push(
+                    Snippet::source(shown_window.as_str())
+                        .line_start(source.line_of(excerpt.bytes.start + from))
+                        .annotation(AnnotationKind::Primary.span(span))
+                        .into(),
+                );
+            }
         }
         None => {
             elements.push(
@@ -117,29 +140,122 @@ pub fn render_diagnostic(
     let group = title.elements(elements);
 
     let mut groups: Vec<Group<'_>> = vec![group];
-    if let (Some(fix), Some(source)) = (&diagnostic.fix, source)
-        && let Some(suggestion) = fix_group(fix, source, &path)
+    let shown = match (&diagnostic.fix, source) {
+        (Some(fix), Some(source)) => fix_excerpt(fix, source),
+        _ => None,
+    };
+    if let (Some(fix), Some(shown)) = (&diagnostic.fix, &shown)
+        && let Some(suggestion) = fix_group(fix, shown, &path)
     {
         groups.push(suggestion);
     }
     renderer.render(&groups)
 }
 
-/// The suggested fix as a rustc-style `help:` with the changed lines, when the edits fit the file.
-fn fix_group<'a>(fix: &'a Fix, source: &'a SourceText, path: &str) -> Option<Group<'a>> {
+/// Longest line a finding's excerpt is shown with whole (the renderer cuts what it prints to the
+/// terminal's width, but reads the whole line for every finding on it).
+const MAX_SNIPPET_LINE: usize = 1024;
+
+/// A window of `text` around `span`, within the span's lines, [`FIX_CONTEXT`] bytes on each side,
+/// marked with `…` where it cuts a line: (the window, the span in it, where it starts in `text`).
+fn window_around(text: &str, span: Range<usize>) -> (String, Range<usize>, usize) {
+    let line_start = text[..span.start].rfind('\n').map_or(0, |at| at + 1);
+    let line_end = text[span.end..]
+        .find('\n')
+        .map_or(text.len(), |at| span.end + at);
+    let mut from = span.start.saturating_sub(FIX_CONTEXT).max(line_start);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = (span.end + FIX_CONTEXT).min(line_end);
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    let lead = if from > line_start { "…" } else { "" };
+    let tail = if to < line_end { "…" } else { "" };
+    let shift = lead.len();
+    (
+        format!("{lead}{}{tail}", &text[from..to]),
+        (span.start - from + shift)..(span.end - from + shift),
+        from,
+    )
+}
+
+/// Longest line a fix is shown with whole: an excerpt with a longer line (generated or minified
+/// code) is cut to [`FIX_CONTEXT`] bytes on each side of the edits, so that a long line is not
+/// printed twice for every fix on it.
+const MAX_FIX_EXCERPT: usize = 240;
+const FIX_CONTEXT: usize = 60;
+
+/// The text a fix is shown on: the lines its edits touch, or a window of them marked with `…`.
+struct FixExcerpt<'a> {
+    text: std::borrow::Cow<'a, str>,
+    first_line: usize,
+    /// Offset in the file of the first byte of `text` after the `…` mark (if any).
+    base: usize,
+    /// Length of the `…` mark at the start of `text` (0 when the excerpt starts a line).
+    mark: usize,
+}
+
+/// The excerpt of `fix`, when its edits fit the file.
+fn fix_excerpt<'a>(fix: &Fix, source: &'a SourceText) -> Option<FixExcerpt<'a>> {
     let start = fix.edits.iter().map(|edit| edit.start).min()?;
     let end = fix.edits.iter().map(|edit| edit.end).max()?;
     if end > source.text.len() || fix.edits.iter().any(|edit| edit.start > edit.end) {
         return None;
     }
     let first_line = source.line_of(start);
-    let last_line = source.line_of(end);
-    let excerpt = source.excerpt(first_line, last_line)?;
-    let base = excerpt.bytes.start;
+    let excerpt = source.excerpt(first_line, source.line_of(end))?;
+    let bytes = excerpt.bytes;
+    let longest = source.text[bytes.clone()]
+        .split('\n')
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    if longest <= MAX_FIX_EXCERPT {
+        return Some(FixExcerpt {
+            text: std::borrow::Cow::Borrowed(&source.text[bytes.clone()]),
+            first_line,
+            base: bytes.start,
+            mark: 0,
+        });
+    }
+    let text = &source.text;
+    let mut from = start.saturating_sub(FIX_CONTEXT).max(bytes.start);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = (end + FIX_CONTEXT).min(bytes.end);
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    // A window that starts on a later line than the excerpt shows that line's number.
+    let first_line = source.line_of(from);
+    let starts_line = from == bytes.start || text.as_bytes()[from - 1] == b'\n';
+    let (mark, lead) = if starts_line {
+        (0, "")
+    } else {
+        ("…".len(), "…")
+    };
+    let tail = if to < bytes.end && text.as_bytes()[to] != b'\n' {
+        "…"
+    } else {
+        ""
+    };
+    Some(FixExcerpt {
+        text: std::borrow::Cow::Owned(format!("{lead}{}{tail}", &text[from..to])),
+        first_line,
+        base: from,
+        mark,
+    })
+}
+
+/// The suggested fix as a rustc-style `help:` with the changed lines.
+fn fix_group<'a>(fix: &'a Fix, shown: &'a FixExcerpt<'_>, path: &str) -> Option<Group<'a>> {
+    let text: &str = &shown.text;
     let mut patches = Vec::with_capacity(fix.edits.len());
     for edit in &fix.edits {
-        let range = (edit.start - base)..(edit.end - base);
-        let text = &source.text[excerpt.bytes.clone()];
+        let range = (edit.start - shown.base + shown.mark)..(edit.end - shown.base + shown.mark);
         // Edits must fall on character boundaries of the excerpt; anything else is not shown.
         if range.end > text.len()
             || !text.is_char_boundary(range.start)
@@ -151,8 +267,8 @@ fn fix_group<'a>(fix: &'a Fix, source: &'a SourceText, path: &str) -> Option<Gro
     }
     Some(
         Level::HELP.secondary_title(fix.title.as_str()).element(
-            Snippet::source(&source.text[excerpt.bytes])
-                .line_start(excerpt.first_line)
+            Snippet::source(text)
+                .line_start(shown.first_line)
                 .path(path.to_string())
                 .patches(patches),
         ),
@@ -447,6 +563,38 @@ warning[PK101]: `to_scalar` reads a value back to the host on every step
   = help: keep the running loss on the device and read it once per epoch
   = note: rule host-readback-in-step-loop; see `perfkit rule PK101`";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_very_long_line_is_shown_as_a_window_around_the_finding_and_its_fix() {
+        // 100,000 characters on one line, the finding near the middle: the excerpt and the fix are
+        // cut around it (not printed whole for each finding), and the place is the line's.
+        let filler = "y = 1;".repeat(8_000);
+        let source = format!("{filler}x = t.to_scalar();{filler}\n");
+        let column = filler.len() + 5;
+        let mut d = diagnostic("gen.py", 1, column, column + 11);
+        let at = filler.len() + 4;
+        d.fix = Some(fix(at, at + 1, "u"));
+        let text = render_plain(&d, &source);
+        assert!(text.len() < 2_000, "{} bytes", text.len());
+        assert!(text.contains(&format!("--> gen.py:1:{column}")), "{text}");
+        let code = text
+            .lines()
+            .find(|l| l.starts_with("1 |"))
+            .expect("the line");
+        assert!(code.starts_with("1 | …") && code.ends_with('…'), "{code}");
+        assert!(code.contains("y = 1;x = t.to_scalar();y = 1;"), "{code}");
+        let caret = text.lines().find(|l| l.contains('^')).expect("carets");
+        let code_column = code[..code.find("t.to_scalar").unwrap()].chars().count();
+        assert_eq!(caret.find('^'), Some(code_column));
+        let fixed = text
+            .lines()
+            .find(|l| l.starts_with("1 +"))
+            .expect("the fix");
+        assert!(
+            fixed.contains("x = u.to_scalar()") && fixed.len() < 400,
+            "{fixed}"
+        );
     }
 
     #[test]
