@@ -366,12 +366,17 @@ fn holds_config(path: &Path, table_of: fn(&toml::Table) -> Option<&toml::Table>)
     if !path.is_file() {
         return false;
     }
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(bytes) = std::fs::read(path) else {
         return false;
     };
-    if !text.contains("perfkit") {
+    if memchr::memmem::find(&bytes, b"perfkit").is_none() {
         return false;
     }
+    // A file that names perfkit but is not UTF-8 is taken, so that reading it reports the error
+    // instead of its settings being silently replaced by the defaults.
+    let Ok(text) = String::from_utf8(bytes) else {
+        return true;
+    };
     match text.parse::<toml::Table>() {
         Ok(table) => table_of(&table).is_some(),
         Err(_) => true,
@@ -384,6 +389,19 @@ mod tests {
 
     fn config(text: &str) -> Result<Config, LintError> {
         Config::from_table(&text.parse().expect("toml"), Path::new("perfkit.toml"))
+    }
+
+    #[test]
+    fn a_pyproject_that_names_perfkit_but_is_not_utf8_is_taken_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pyproject.toml");
+        std::fs::write(&path, b"[tool.perfkit]\nselect = [\"PK1\"] # caf\xe9\n").unwrap();
+        assert!(holds_config(&path, pyproject_table));
+        let error = Config::from_file(&path).unwrap_err().to_string();
+        assert!(error.contains("pyproject.toml"), "{error}");
+        // One that does not name perfkit is not a configuration of perfkit's.
+        std::fs::write(&path, b"[tool.black]\n# caf\xe9\n").unwrap();
+        assert!(!holds_config(&path, pyproject_table));
     }
 
     #[test]

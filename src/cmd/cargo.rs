@@ -202,13 +202,13 @@ fn build(args: &CargoProfileArgs) -> anyhow::Result<Result<Built, ExitCode>> {
                 ));
             }
             // A line that is not a message (a build script printing to stdout): pass it on.
-            Message::TextLine(line) => eprintln!("{line}"),
+            Message::TextLine(line) => crate::eprintln_lossy!("{line}"),
             _ => {}
         }
     }
     let status = child.wait().context("cannot wait for cargo")?;
     if !status.success() {
-        eprintln!("perfkit: error: `cargo build` failed; nothing was profiled");
+        crate::eprintln_lossy!("perfkit: error: `cargo build` failed; nothing was profiled");
         let code = status
             .code()
             .and_then(|c| u8::try_from(c).ok())

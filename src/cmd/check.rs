@@ -176,14 +176,14 @@ pub fn with_lint_findings(
 pub fn print_lint_errors(errors: &[perfkit_lint::FileError]) {
     for error in errors {
         let line = error.line.map(|l| format!(":{l}")).unwrap_or_default();
-        eprintln!(
+        crate::eprintln_lossy!(
             "perfkit: error: --lint: {}{line}: {}",
             error.path.display(),
             error.message
         );
     }
     if !errors.is_empty() {
-        eprintln!(
+        crate::eprintln_lossy!(
             "perfkit: --lint: {} file{} could not be linted",
             errors.len(),
             if errors.len() == 1 { "" } else { "s" }
@@ -772,7 +772,7 @@ fn record_runs(args: &CheckArgs, n: u32) -> anyhow::Result<(Vec<PathBuf>, Vec<Pa
             ("candidate", program.as_os_str(), &mut new),
         ] {
             let dir = out.join(format!("{which}-{i}"));
-            eprintln!(
+            crate::eprintln_lossy!(
                 "perfkit check: {which} run {i} of {n}: {} -> {}",
                 Path::new(prog).display(),
                 dir.display()

@@ -294,7 +294,7 @@ fn run_trainer(args: &DemoArgs) -> anyhow::Result<ExitCode> {
 
 fn profile_run(exe: &Path, dir: &Path, args: &DemoArgs, anti: bool) -> anyhow::Result<()> {
     let label = if anti { "anti-patterns" } else { "tuned" };
-    eprintln!(
+    crate::eprintln_lossy!(
         "perfkit demo: profiling the {label} run -> {}",
         dir.display()
     );
@@ -383,7 +383,7 @@ fn source_root(out: &Path) -> anyhow::Result<PathBuf> {
         }
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
     }
-    eprintln!(
+    crate::eprintln_lossy!(
         "perfkit demo: no perfkit source tree here: linting the sources built into perfkit, written to {}",
         root.display()
     );
@@ -416,7 +416,7 @@ fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
         &LintRender::default(),
     )?;
     std::fs::write(out.join("lint.sarif"), &sarif).context("cannot write lint.sarif")?;
-    eprintln!(
+    crate::eprintln_lossy!(
         "perfkit demo: lint: {} findings in {} files",
         report.diagnostics.len(),
         report.files_scanned

@@ -85,7 +85,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
             let p = dir.join(name);
             std::fs::write(&p, data).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-            eprintln!("wrote {}", p.display());
+            crate::eprintln_lossy!("wrote {}", p.display());
             Ok(())
         };
         write("diff.json", report.to_json().as_bytes())?;

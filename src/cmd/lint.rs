@@ -248,10 +248,10 @@ fn report_fixes(summary: &FixSummary, in_notebooks: usize, with_errors: bool) {
             if in_notebooks == 1 { "finding" } else { "findings" }
         ));
     }
-    eprintln!("{line}");
+    crate::eprintln_lossy!("{line}");
     if with_errors {
         for error in &summary.errors {
-            eprintln!("error: {error}");
+            crate::eprintln_lossy!("error: {error}");
         }
     }
 }

@@ -21,7 +21,7 @@ pub fn exit_on_error(err: &anyhow::Error) -> std::process::ExitCode {
     if broken_pipe {
         return std::process::ExitCode::SUCCESS;
     }
-    eprintln!("perfkit: error: {}", error_chain(err));
+    crate::eprintln_lossy!("perfkit: error: {}", error_chain(err));
     std::process::ExitCode::from(2)
 }
 

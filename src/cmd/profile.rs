@@ -139,12 +139,12 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     if let Some(sampler) = sampler
         && let Err(err) = sampler.stop()
     {
-        eprintln!("perfkit: warning: the GPU sampler failed: {err}");
+        crate::eprintln_lossy!("perfkit: warning: the GPU sampler failed: {err}");
     }
     let outcome = match launched {
         Ok(outcome) => outcome,
         Err(err) => {
-            eprintln!("perfkit: error: {err}");
+            crate::eprintln_lossy!("perfkit: error: {err}");
             out.remove_if_empty();
             return Ok(ExitCode::from(err.exit_code()));
         }
@@ -167,7 +167,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let analysis = match analysis {
         Ok(analysis) => analysis,
         Err(err) => {
-            eprintln!("perfkit: error: {}", super::error_chain(&err));
+            crate::eprintln_lossy!("perfkit: error: {}", super::error_chain(&err));
             return Ok(ExitCode::from(exit_code));
         }
     };
@@ -175,7 +175,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     // summary.json from the launcher's figures first, so that it exists even if rendering the
     // reports fails; the reports then rewrite it with their sections added.
     if let Err(err) = summary.write_json(&out.summary_path()) {
-        eprintln!("perfkit: error: {err}");
+        crate::eprintln_lossy!("perfkit: error: {err}");
         summary.files.summary_error = Some(err.to_string());
     }
     let mut findings = None;
@@ -190,7 +190,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
         ) {
             Ok(found) => findings = Some(found),
             Err(err) => {
-                eprintln!(
+                crate::eprintln_lossy!(
                     "perfkit: warning: the reports were not written: {}",
                     super::error_chain(&err)
                 );
@@ -291,7 +291,7 @@ fn injection_env(args: &ProfileArgs, program: &std::ffi::OsStr) -> anyhow::Resul
     };
     match perfkit_inject::host::plan(mode, program) {
         Ok(Some(plan)) => {
-            eprintln!("perfkit: {}", plan.describe());
+            crate::eprintln_lossy!("perfkit: {}", plan.describe());
             Ok(Injection::Env(
                 plan.env(std::env::var_os("LD_LIBRARY_PATH")),
             ))
@@ -305,7 +305,7 @@ fn injection_env(args: &ProfileArgs, program: &std::ffi::OsStr) -> anyhow::Resul
             "CUPTI injection needs a CUDA driver, and none was found on this machine".to_owned(),
         ))),
         Err(err) => {
-            eprintln!("perfkit: warning: {err}");
+            crate::eprintln_lossy!("perfkit: warning: {err}");
             Ok(Injection::Skipped(Some(err.to_string())))
         }
     }
@@ -321,7 +321,7 @@ fn start_sampler(trace_dir: &std::path::Path) -> Option<perfkit_sampler::Sampler
         Ok(sampler) => Some(sampler),
         Err(SamplerError::Unavailable(_) | SamplerError::NoGpu) => None,
         Err(err) => {
-            eprintln!("perfkit: warning: GPU sampling is off: {err}");
+            crate::eprintln_lossy!("perfkit: warning: GPU sampling is off: {err}");
             None
         }
     }
@@ -350,11 +350,11 @@ fn write_reports(
         _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
     };
     let config = ProfileConfig::discover(&config_start).unwrap_or_else(|err| {
-        eprintln!("perfkit: warning: {err}; using the default thresholds");
+        crate::eprintln_lossy!("perfkit: warning: {err}; using the default thresholds");
         ProfileConfig::default()
     });
     let runtime = rules::evaluate(&analysis, &config).unwrap_or_else(|err| {
-        eprintln!("perfkit: warning: runtime findings were not computed: {err}");
+        crate::eprintln_lossy!("perfkit: warning: runtime findings were not computed: {err}");
         Vec::new()
     });
     let findings = with_lint(lint_paths, runtime);
@@ -393,7 +393,7 @@ fn with_lint(
             findings
         }
         Err(err) => {
-            eprintln!("perfkit: warning: --lint: {err}");
+            crate::eprintln_lossy!("perfkit: warning: --lint: {err}");
             runtime
         }
     }

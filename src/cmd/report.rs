@@ -54,12 +54,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     options.step_span = args.step_span.clone();
     let analysis = analyze_path(&args.input, &options)?;
     for reason in analysis.incomplete_reasons() {
-        eprintln!("perfkit: warning: {reason}");
+        crate::eprintln_lossy!("perfkit: warning: {reason}");
     }
     if let Some(name) = &args.step_span
         && let Some(warning) = unknown_step_span(&analysis, name)
     {
-        eprintln!("perfkit: warning: {warning}");
+        crate::eprintln_lossy!("perfkit: warning: {warning}");
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.input));
     let mut render_options = RenderOptions::default();
@@ -82,7 +82,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let config = match perfkit_reports::rules::ProfileConfig::discover(&args.input) {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("perfkit: warning: {err}; using the default thresholds");
+            crate::eprintln_lossy!("perfkit: warning: {err}; using the default thresholds");
             perfkit_reports::rules::ProfileConfig::default()
         }
     };
@@ -121,7 +121,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         if formats.contains(&Format::Html) {
             open_in_browser(&html);
         } else {
-            eprintln!("perfkit: warning: --open needs the html format");
+            crate::eprintln_lossy!("perfkit: warning: --open needs the html format");
         }
     }
     Ok(if lint_errors.is_empty() {
@@ -223,7 +223,7 @@ fn open_in_browser(path: &Path) {
         "xdg-open"
     };
     if let Err(e) = std::process::Command::new(opener).arg(path).spawn() {
-        eprintln!(
+        crate::eprintln_lossy!(
             "perfkit: warning: could not run {opener} to open {}: {e}",
             path.display()
         );
