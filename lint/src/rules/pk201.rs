@@ -1150,6 +1150,18 @@ fn python_fix(
     if !simple {
         return None;
     }
+    // Arguments that tie the tensor to the host, or that `.cuda()` changes the meaning of: a CPU
+    // `generator=`, an `out=` buffer, `pin_memory=`, and `requires_grad=` (the copy is not a leaf,
+    // the tensor built on the device is). The finding stands; the rewrite is left to the user.
+    let ties = ["generator", "out", "pin_memory", "requires_grad"];
+    if ctor
+        .arguments
+        .keywords
+        .iter()
+        .any(|k| k.arg.as_ref().is_some_and(|a| ties.contains(&a.as_str())))
+    {
+        return None;
+    }
     let args = &ctor.arguments;
     let last_end = args
         .args
