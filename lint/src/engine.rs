@@ -80,11 +80,16 @@ fn plan(options: &LintOptions) -> Result<(Vec<CrateJob>, Vec<FileError>), LintEr
         options.paths.clone()
     };
     let walked = walk::walk(&paths);
-    let errors = walked.errors;
+    let mut errors = walked.errors;
 
     // Group files into crates, each with its configuration.
     let mut finder = CrateFinder::new();
-    let mut configs: HashMap<PathBuf, Arc<Config>> = HashMap::new();
+    // By directory: its configuration, or the configuration file that is invalid (its files are
+    // not linted, and it is reported once, as an error entry: one bad configuration does not
+    // stop the run).
+    let mut configs: HashMap<PathBuf, Result<Arc<Config>, PathBuf>> = HashMap::new();
+    let mut broken: std::collections::BTreeMap<PathBuf, (String, usize)> =
+        std::collections::BTreeMap::new();
     let mut crates = Crates::default();
     let mut python_roots = HashMap::new();
     let mut discovered = HashMap::new();
@@ -115,15 +120,32 @@ fn plan(options: &LintOptions) -> Result<(Vec<CrateJob>, Vec<FileError>), LintEr
                 } else {
                     root.parent().map(Path::to_path_buf).unwrap_or_default()
                 };
-                match configs.get(&dir) {
-                    Some(config) => config.clone(),
+                let found = match configs.get(&dir) {
+                    Some(found) => found.clone(),
                     None => {
-                        let config = match config::discover_cached(&dir, &mut discovered) {
-                            Some(path) => Arc::new(Config::from_file(&path)?),
-                            None => Arc::new(Config::default()),
+                        let found = match config::discover_cached(&dir, &mut discovered) {
+                            Some(path) => match Config::from_file(&path) {
+                                Ok(config) => Ok(Arc::new(config)),
+                                Err(error) => {
+                                    broken
+                                        .entry(path.clone())
+                                        .or_insert_with(|| (config_error_detail(&error), 0));
+                                    Err(path)
+                                }
+                            },
+                            None => Ok(Arc::new(Config::default())),
                         };
-                        configs.insert(dir, config.clone());
-                        config
+                        configs.insert(dir, found.clone());
+                        found
+                    }
+                };
+                match found {
+                    Ok(config) => config,
+                    Err(path) => {
+                        if let Some((_, files)) = broken.get_mut(&path) {
+                            *files += 1;
+                        }
+                        continue;
                     }
                 }
             }
@@ -132,6 +154,18 @@ fn plan(options: &LintOptions) -> Result<(Vec<CrateJob>, Vec<FileError>), LintEr
             last_python_dir = Some((dir.to_path_buf(), root.clone(), config.clone()));
         }
         add_file(&mut crates, file, root, python, config);
+    }
+    for (path, (message, files)) in broken {
+        let files = if files == 1 {
+            "the file it configures was".to_string()
+        } else {
+            format!("the {files} files it configures were")
+        };
+        errors.push(FileError {
+            path,
+            message: format!("invalid configuration: {message}; {files} not linted"),
+            line: None,
+        });
     }
     let mut jobs = crates.jobs;
     // Largest first, so one big crate does not start last.
@@ -145,6 +179,15 @@ fn plan(options: &LintOptions) -> Result<(Vec<CrateJob>, Vec<FileError>), LintEr
         job.manifest = cargo_manifest(&job.root);
     }
     Ok((jobs, errors))
+}
+
+/// What is wrong with a configuration file, without its path (the error entry names it).
+fn config_error_detail(error: &LintError) -> String {
+    match error {
+        LintError::Config { message, .. } => message.clone(),
+        LintError::ConfigIo { source, .. } => format!("cannot read it: {source}"),
+        other => other.to_string(),
+    }
 }
 
 /// The jobs of [`plan`], as the library lists them.

@@ -494,18 +494,36 @@ fn malformed_manifests_are_reported_with_their_line() {
         ]
     );
 
-    // The same manifest with perfkit's table in it: its settings cannot be read, so the run stops
-    // on a configuration error rather than lint with the defaults.
+    // The same manifest with perfkit's table in it: its settings cannot be read, so its files are
+    // not linted (rather than linted with the defaults) and the configuration is an error entry
+    // with its line; the rest of the run goes on.
     write(
         &manifest,
         "[package]\nname = \"t\"\nversion = \"0.0.0\"\n\n[package.metadata.perfkit]\nselect = [\"PK1\"\n",
     );
-    let text = lint(&LintOptions::new([dir.path()]))
-        .expect_err("malformed configuration")
-        .to_string();
+    let other = tempfile::tempdir().expect("tempdir");
+    write(
+        &other.path().join("train.py"),
+        "import torch\nx = torch.rand(2).cuda()\n",
+    );
+    let report = lint(&LintOptions::new([dir.path(), other.path()])).expect("the run goes on");
+    let entry = report
+        .errors
+        .iter()
+        .find(|e| e.path.ends_with("Cargo.toml"))
+        .expect("the configuration is named");
     assert!(
-        text.contains("Cargo.toml") && text.contains("line 6"),
-        "{text}"
+        entry.message.contains("line 6") && entry.message.contains("not linted"),
+        "{}",
+        entry.message
+    );
+    assert!(codes_at(&report, "train.rs").is_empty());
+    assert!(
+        report
+            .diagnostics
+            .iter()
+            .any(|d| d.code == "PK201" && d.path.ends_with("train.py")),
+        "the other package is linted"
     );
     let pyproject = tempfile::tempdir().expect("tempdir");
     write(&pyproject.path().join("train.py"), "import torch\n");
@@ -513,13 +531,13 @@ fn malformed_manifests_are_reported_with_their_line() {
         &pyproject.path().join("pyproject.toml"),
         "[tool.perfkit]\nselect = \"PK1\n",
     );
-    let text = lint(&LintOptions::new([pyproject.path()]))
-        .expect_err("malformed pyproject configuration")
-        .to_string();
+    let report = lint(&LintOptions::new([pyproject.path()])).expect("a report");
+    let text = &report.errors[0].message;
     assert!(
-        text.contains("pyproject.toml") && text.contains("line 2"),
+        report.errors[0].path.ends_with("pyproject.toml") && text.contains("line 2"),
         "{text}"
     );
+    assert_eq!(report.files_scanned, 0);
 }
 
 #[test]
