@@ -89,7 +89,7 @@ pub fn render_diagnostic(
                 region.end_column,
             );
             let text = &source.text[excerpt.bytes.clone()];
-            if text.split('\n').all(|line| line.len() <= MAX_SNIPPET_LINE) {
+            if !has_line_longer_than(text, MAX_SNIPPET_LINE) {
                 elements.push(
                     Snippet::source(text)
                         .line_start(excerpt.first_line)
@@ -101,17 +101,19 @@ pub fn render_diagnostic(
                 // A line of generated or minified code: a window around the finding, marked
                 // with `…`, so that rendering does not go over the whole line for every finding
                 // on it; the place is written out, since the window's columns are not the line's.
-                let (window, span, from) = window_around(text, span);
+                let window = window_around(text, span.clone());
+                let span = window.place(span);
                 elements.push(
                     Origin::path(path.clone())
                         .line(region.line)
                         .char_column(region.column)
                         .into(),
                 );
-                shown_window = window;
+                let first_line = source.line_of(excerpt.bytes.start + window.from);
+                shown_window = window.text;
                 elements.push(
                     Snippet::source(shown_window.as_str())
-                        .line_start(source.line_of(excerpt.bytes.start + from))
+                        .line_start(first_line)
                         .annotation(AnnotationKind::Primary.span(span))
                         .into(),
                 );
@@ -156,9 +158,31 @@ pub fn render_diagnostic(
 /// terminal's width, but reads the whole line for every finding on it).
 const MAX_SNIPPET_LINE: usize = 1024;
 
+/// Whether a line of `text` is longer than `max` bytes.
+fn has_line_longer_than(text: &str, max: usize) -> bool {
+    text.split('\n').any(|line| line.len() > max)
+}
+
+/// A window cut out of a text around a span (see [`window_around`]).
+struct Window {
+    /// The window's text, with its `…` marks.
+    text: String,
+    /// Where the window starts in the text it was cut from.
+    from: usize,
+    /// Length of the `…` mark at the start of `text` (0 when the window starts a line).
+    mark: usize,
+}
+
+impl Window {
+    /// A range of the text the window was cut from, as a range of the window's text.
+    fn place(&self, range: Range<usize>) -> Range<usize> {
+        (range.start - self.from + self.mark)..(range.end - self.from + self.mark)
+    }
+}
+
 /// A window of `text` around `span`, within the span's lines, [`FIX_CONTEXT`] bytes on each side,
-/// marked with `…` where it cuts a line: (the window, the span in it, where it starts in `text`).
-fn window_around(text: &str, span: Range<usize>) -> (String, Range<usize>, usize) {
+/// marked with `…` where it cuts a line.
+fn window_around(text: &str, span: Range<usize>) -> Window {
     let line_start = text[..span.start].rfind('\n').map_or(0, |at| at + 1);
     let line_end = text[span.end..]
         .find('\n')
@@ -173,12 +197,11 @@ fn window_around(text: &str, span: Range<usize>) -> (String, Range<usize>, usize
     }
     let lead = if from > line_start { "…" } else { "" };
     let tail = if to < line_end { "…" } else { "" };
-    let shift = lead.len();
-    (
-        format!("{lead}{}{tail}", &text[from..to]),
-        (span.start - from + shift)..(span.end - from + shift),
+    Window {
+        text: format!("{lead}{}{tail}", &text[from..to]),
         from,
-    )
+        mark: lead.len(),
+    }
 }
 
 /// Longest line a fix is shown with whole: an excerpt with a longer line (generated or minified
@@ -206,47 +229,24 @@ fn fix_excerpt<'a>(fix: &Fix, source: &'a SourceText) -> Option<FixExcerpt<'a>> 
     }
     let first_line = source.line_of(start);
     let excerpt = source.excerpt(first_line, source.line_of(end))?;
-    let bytes = excerpt.bytes;
-    let longest = source.text[bytes.clone()]
-        .split('\n')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
-    if longest <= MAX_FIX_EXCERPT {
+    let base = excerpt.bytes.start;
+    let text = &source.text[excerpt.bytes];
+    if !has_line_longer_than(text, MAX_FIX_EXCERPT) {
         return Some(FixExcerpt {
-            text: std::borrow::Cow::Borrowed(&source.text[bytes.clone()]),
+            text: std::borrow::Cow::Borrowed(text),
             first_line,
-            base: bytes.start,
+            base,
             mark: 0,
         });
     }
-    let text = &source.text;
-    let mut from = start.saturating_sub(FIX_CONTEXT).max(bytes.start);
-    while !text.is_char_boundary(from) {
-        from -= 1;
-    }
-    let mut to = (end + FIX_CONTEXT).min(bytes.end);
-    while !text.is_char_boundary(to) {
-        to += 1;
-    }
-    // A window that starts on a later line than the excerpt shows that line's number.
-    let first_line = source.line_of(from);
-    let starts_line = from == bytes.start || text.as_bytes()[from - 1] == b'\n';
-    let (mark, lead) = if starts_line {
-        (0, "")
-    } else {
-        ("…".len(), "…")
-    };
-    let tail = if to < bytes.end && text.as_bytes()[to] != b'\n' {
-        "…"
-    } else {
-        ""
-    };
+    let window = window_around(text, (start - base)..(end - base));
+    let from = base + window.from;
     Some(FixExcerpt {
-        text: std::borrow::Cow::Owned(format!("{lead}{}{tail}", &text[from..to])),
-        first_line,
+        text: std::borrow::Cow::Owned(window.text),
+        // A window that starts on a later line than the excerpt shows that line's number.
+        first_line: source.line_of(from),
         base: from,
-        mark,
+        mark: window.mark,
     })
 }
 
