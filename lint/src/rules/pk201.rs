@@ -905,9 +905,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             };
             let (message, help) = python_advice(cx, file, ctor, &name, &words, &target);
             let mut finding = cx.finding(file, ctor.func.range(), message, help);
-            let data = name.strip_prefix("torch.").is_some_and(is_data_constructor);
-            if !data
-                && matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
+            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
                 && let Some(fix) = python_fix(cx, file, call, ctor, &target)
             {
                 finding = finding.with_fix(fix);
@@ -1055,12 +1053,8 @@ fn repeated_literal(expr: &PyExpr) -> Option<&PyExpr> {
         {
             Some(expr)
         }
-        PyExpr::List(_) | PyExpr::Tuple(_) => {
-            let elts = match expr {
-                PyExpr::List(l) => &l.elts,
-                PyExpr::Tuple(t) => &t.elts,
-                _ => return None,
-            };
+        PyExpr::List(ruff_python_ast::ExprList { elts, .. })
+        | PyExpr::Tuple(ruff_python_ast::ExprTuple { elts, .. }) => {
             let (first, rest) = elts.split_first()?;
             let value = repeated_literal(first)?;
             let key = ComparableExpr::from(value);
@@ -1148,6 +1142,11 @@ fn python_fix(
     let simple = between.starts_with('.')
         && (copy.call.arguments.keywords.is_empty() && copy.call.arguments.args.len() <= 1);
     if !simple {
+        return None;
+    }
+    // `torch.tensor(0.5)` wants `torch.full` on the device, not `device=`: no rewrite.
+    let name = facts::dotted(&ctor.func).unwrap_or_default();
+    if name.strip_prefix("torch.").is_some_and(is_data_constructor) {
         return None;
     }
     // Arguments that tie the tensor to the host, or that `.cuda()` changes the meaning of: a CPU
