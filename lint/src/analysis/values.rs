@@ -181,7 +181,7 @@ fn is_optimizer_family(name: &str) -> bool {
 
 /// The words of an identifier: split at `_` and before an uppercase letter that follows a
 /// lowercase one (`AdamWConfig` -> `Adam`, `WConfig`; `SGD` stays whole).
-fn words(name: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn words(name: &str) -> impl Iterator<Item = &str> {
     let bytes = name.as_bytes();
     let mut starts = vec![0];
     for i in 1..bytes.len() {

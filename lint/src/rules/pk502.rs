@@ -541,19 +541,7 @@ fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
 /// `training`, `pretrain_model`) without ending in `trained` (`load_pretrained_weights` loads
 /// weights). A word that only contains the letters (`constrain`) does not count.
 fn names_training(name: &str) -> bool {
-    let mut words = Vec::new();
-    for part in name.split('_') {
-        let mut start = 0;
-        let bytes = part.as_bytes();
-        for i in 1..bytes.len() {
-            if bytes[i].is_ascii_uppercase() && bytes[i - 1].is_ascii_lowercase() {
-                words.push(&part[start..i]);
-                start = i;
-            }
-        }
-        words.push(&part[start..]);
-    }
-    words.iter().any(|word| {
+    crate::analysis::values::words(name).any(|word| {
         let word = word.to_ascii_lowercase();
         word == "fit"
             || word == "backward"
