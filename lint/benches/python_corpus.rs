@@ -7,11 +7,12 @@
 //!
 //! For profilers (`perf`, `valgrind --tool=callgrind`), `--only PASS` runs one pass `--runs`
 //! times and prints nothing: `none` (only the set-up every pass shares: listing and counting the
-//! files), `floor`, `retain` (the floor over the packages as the lint groups them, each package's
-//! trees kept until the whole package is parsed, as the lint keeps them for its rules), `front`
-//! (no rules) or `lint`. A pass's own cost is its count less `none`'s. The table shows the `retain`
-//! pass too: the lint's ratio to it is what the analysis and the rules cost, apart from keeping the
-//! trees.
+//! files), `plan` (the lint's walk and its grouping of the files into packages, each with its
+//! configuration), `floor`, `retain` (the plan, then the floor over the packages as the lint
+//! groups them, each package's trees kept until the whole package is parsed, as the lint keeps
+//! them for its rules), `front` (no rules) or `lint`. A pass's own cost is its count less
+//! `none`'s. The table shows the `retain` pass too (without the plan): the lint's ratio to it is
+//! what the walk, the analysis and the rules cost, apart from keeping the trees.
 
 mod shared;
 use shared::process_cpu_time;
@@ -130,6 +131,7 @@ fn main() -> ExitCode {
                     parse_pass(&pool, &files);
                     Ok(())
                 }
+                "plan" => perfkit_lint::lint_plan(&options).map(drop),
                 "retain" => perfkit_lint::lint_plan(&options).map(|plan| {
                     shared::retain_pass(&pool, &plan, &parse_one, &|| {});
                 }),
@@ -137,7 +139,7 @@ fn main() -> ExitCode {
                 "lint" => perfkit_lint::lint(&options).map(drop),
                 other => {
                     eprintln!(
-                        "--only: unknown pass `{other}` (none, floor, retain, front or lint)"
+                        "--only: unknown pass `{other}` (none, plan, floor, retain, front or lint)"
                     );
                     return ExitCode::from(2);
                 }

@@ -1082,39 +1082,23 @@ fn read_source_limited(path: &Path, limit: u64) -> Result<String, FileError> {
             None,
         ));
     }
-    // Read into a buffer of the size `fstat` gave: `File`'s own `read_to_end` would `fstat` the
-    // file again and `lseek` for its position, and a reader without a size hint reads in 8 KiB
-    // steps; both cost system calls per file. A file that grows meanwhile is still read whole,
-    // up to the limit.
-    let grew = || {
-        error(
+    // Read into a buffer of the size `fstat` gave (plus the byte that shows the end): `File`'s
+    // own `read_to_end` would `fstat` the file again and `lseek` for its position, and a reader
+    // without a size hint reads in 8 KiB steps; both cost system calls per file. The buffer is
+    // not zeroed first: the reads fill it. A file that grows meanwhile is still read whole, up to
+    // the limit.
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, limit + 1), &mut bytes)
+        .map_err(|e| error(walk::io_message(&e), None))?;
+    if bytes.len() as u64 > limit {
+        return Err(error(
             format!(
                 "file too large (it grew while being read; files over {} MiB are not linted)",
                 limit / (1024 * 1024)
             ),
             None,
-        )
-    };
-    let mut bytes = vec![0u8; meta.len() as usize + 1];
-    let mut filled = 0;
-    loop {
-        if filled == bytes.len() {
-            if filled as u64 > limit {
-                return Err(grew());
-            }
-            bytes.resize(filled + filled.max(8192), 0);
-        }
-        match std::io::Read::read(&mut file, &mut bytes[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(error(walk::io_message(&e), None)),
-        }
+        ));
     }
-    if filled as u64 > limit {
-        return Err(grew());
-    }
-    bytes.truncate(filled);
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(error(
             "binary file (contains NUL bytes), not linted".into(),
