@@ -103,6 +103,9 @@ pub struct PyCall<'a> {
     pub number_arg: bool,
     /// A positional argument or a keyword's value is a string literal (`"cuda:0"`, `strategy="dp"`).
     pub string_arg: bool,
+    /// The call formats values into text: an argument is an f-string or a `%`-formatting of a
+    /// string (`print(f"loss {loss}")`, `log("%.3f" % loss)`), or the call is `"..".format(..)`.
+    pub formats: bool,
 }
 
 impl<'a> PyCall<'a> {
@@ -721,6 +724,10 @@ impl<'a> Collector<'a> {
                 let path = self.dotted(&call.func);
                 let loops = self.loop_stack();
                 let (mut number_arg, mut string_arg) = (false, false);
+                let mut formats = matches!(
+                    (method, receiver),
+                    (Some("format"), Some(Expr::StringLiteral(_)))
+                );
                 for arg in call
                     .arguments
                     .args
@@ -729,6 +736,7 @@ impl<'a> Collector<'a> {
                 {
                     number_arg |= matches!(arg, Expr::NumberLiteral(_));
                     string_arg |= matches!(arg, Expr::StringLiteral(_));
+                    formats |= is_formatting(arg);
                 }
                 self.facts.calls.push(PyCall {
                     call,
@@ -747,6 +755,7 @@ impl<'a> Collector<'a> {
                     in_comprehension: self.comprehension > 0,
                     number_arg,
                     string_arg,
+                    formats,
                 });
                 self.child(&call.func);
                 for arg in &call.arguments.args {
@@ -812,6 +821,44 @@ impl<'a> Collector<'a> {
             expr if is_leaf(expr) => {}
             _ => visitor::walk_expr(self, expr),
         }
+    }
+}
+
+/// Whether an expression formats values into text: an f-string, or `%`-formatting of a string.
+pub fn is_formatting(expr: &Expr) -> bool {
+    match expr {
+        Expr::FString(_) => true,
+        Expr::BinOp(bin) => {
+            bin.op == Operator::Mod
+                && matches!(&*bin.left, Expr::StringLiteral(_) | Expr::FString(_))
+        }
+        _ => false,
+    }
+}
+
+/// The values an expression formats into text: the interpolated expressions of an f-string
+/// (`norm` of `f"norm {norm:.4f}"`), or the right side of `%`-formatting a string (`loss` of
+/// `"%.3f" % loss`, each element of `"%d %f" % (step, loss)`); none for anything else.
+pub fn formatted_values(expr: &Expr) -> Vec<&Expr> {
+    if !is_formatting(expr) {
+        return Vec::new();
+    }
+    match expr {
+        Expr::FString(fstring) => fstring
+            .value
+            .elements()
+            .filter_map(|element| match element {
+                ruff_python_ast::InterpolatedStringElement::Interpolation(inner) => {
+                    Some(&*inner.expression)
+                }
+                ruff_python_ast::InterpolatedStringElement::Literal(_) => None,
+            })
+            .collect(),
+        Expr::BinOp(bin) => match &*bin.right {
+            Expr::Tuple(tuple) => tuple.elts.iter().collect(),
+            value => vec![value],
+        },
+        _ => Vec::new(),
     }
 }
 

@@ -359,6 +359,8 @@ pub struct PyContext<'a> {
     /// Calls outside tests with a number or string literal among their arguments
     /// (`.cuda(0)`, `batch_size=8`, `strategy="dp"`): (file, call index), in package order.
     literal_calls: Vec<(u32, u32)>,
+    /// Calls that format values into text (see [`PyCall::formats`]): (file, call index).
+    formatting_calls: Vec<(u32, u32)>,
     /// The first call outside tests, in package order, that builds an optimizer (see
     /// [`PyContext::first_optimizer`]).
     first_optimizer: Option<(u32, u32)>,
@@ -575,6 +577,7 @@ impl<'a> PyContext<'a> {
             linked_by_file: Vec::with_capacity(units.len()),
             checks_devices: vec![false; units.len()],
             literal_calls: Vec::new(),
+            formatting_calls: Vec::new(),
             first_optimizer: None,
             calls_by_name: vec![Vec::new(); INDEXED_NAMES.len() + INDEXED_SUFFIXES.len()],
             mixed_precision: OnceLock::new(),
@@ -607,6 +610,9 @@ impl<'a> PyContext<'a> {
                     if matches!(name, "is_available" | "device_count") && call.method.is_some() {
                         cx.checks_devices[f] = true;
                     }
+                }
+                if call.formats {
+                    cx.formatting_calls.push(at);
                 }
                 if !call.in_test {
                     if call.number_arg || call.string_arg {
@@ -1230,6 +1236,16 @@ impl<'a> PyContext<'a> {
         })
     }
 
+    /// The calls that format values into text (an f-string or `%`-formatting among their
+    /// arguments, or `"..".format(..)`), with their file index, in package order.
+    pub fn formatting_calls(&self) -> impl Iterator<Item = (usize, &'a PyCall<'a>)> + '_ {
+        let units = self.units;
+        self.formatting_calls.iter().map(move |&(f, i)| {
+            let f = f as usize;
+            (f, &units[f].facts.calls[i as usize])
+        })
+    }
+
     /// The first call outside tests, in package order, that builds an optimizer
     /// (`torch.optim.AdamW(..)`, `optim.SGD(..)`, `AdamW(..)`; a `Trainer` or `Fabric` is not one).
     pub fn first_optimizer(&self) -> Option<(usize, &'a PyCall<'a>)> {
@@ -1506,7 +1522,21 @@ impl<'a> PyContext<'a> {
         expr: &Expr,
         offset: usize,
     ) -> ValueKind {
-        self.value_kind_depth(file, fn_idx, expr, offset, 0)
+        self.value_kind_depth(file, fn_idx, expr, offset, 0, true)
+    }
+
+    /// [`PyContext::value_kind`] from what values are bound to only, never from what a name or
+    /// an attribute is called: `batch_loss = run_batch(..)` is not taken for a loss tensor because
+    /// of its name (the function may return `loss.item()`). For checks that would otherwise
+    /// report every number named like a loss.
+    pub fn value_kind_bound(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+    ) -> ValueKind {
+        self.value_kind_depth(file, fn_idx, expr, offset, 0, false)
     }
 
     fn value_kind_depth(
@@ -1516,6 +1546,7 @@ impl<'a> PyContext<'a> {
         expr: &Expr,
         offset: usize,
         depth: usize,
+        by_name: bool,
     ) -> ValueKind {
         if depth > 8 {
             return ValueKind::Unknown;
@@ -1532,6 +1563,7 @@ impl<'a> PyContext<'a> {
                             &attr.value,
                             offset,
                             depth + 1,
+                            by_name,
                         ) {
                             ValueKind::Graph | ValueKind::Tensor => ValueKind::Tensor,
                             other => other,
@@ -1540,10 +1572,20 @@ impl<'a> PyContext<'a> {
                     if names::HOST_VALUE_METHODS.contains(&method) {
                         return ValueKind::Host;
                     }
+                    if names::is_grad_norm_callee(method) {
+                        return ValueKind::Tensor;
+                    }
                     if names::is_torch_function(&path) {
                         return names::torch_function_kind(&path);
                     }
-                    let recv = self.value_kind_depth(file, fn_idx, &attr.value, offset, depth + 1);
+                    let recv = self.value_kind_depth(
+                        file,
+                        fn_idx,
+                        &attr.value,
+                        offset,
+                        depth + 1,
+                        by_name,
+                    );
                     if matches!(recv, ValueKind::Tensor | ValueKind::Graph) {
                         return recv;
                     }
@@ -1570,7 +1612,23 @@ impl<'a> PyContext<'a> {
                 ValueKind::Unknown
             }
             Expr::Attribute(attr) => match attr.attr.as_str() {
-                "loss" | "logits" => ValueKind::Graph,
+                // `outputs.loss` of a model's outputs.
+                "loss" | "logits"
+                    if by_name
+                        || matches!(
+                            self.value_kind_depth(
+                                file,
+                                fn_idx,
+                                &attr.value,
+                                offset,
+                                depth + 1,
+                                by_name
+                            ),
+                            ValueKind::Tensor | ValueKind::Graph
+                        ) =>
+                {
+                    ValueKind::Graph
+                }
                 "grad" | "data" => ValueKind::Tensor,
                 "shape" => ValueKind::Host,
                 _ => {
@@ -1581,6 +1639,7 @@ impl<'a> PyContext<'a> {
                             assign.value,
                             assign.at,
                             depth + 1,
+                            by_name,
                         );
                     }
                     ValueKind::Unknown
@@ -1601,19 +1660,22 @@ impl<'a> PyContext<'a> {
                         assign.value,
                         assign.at,
                         depth + 1,
+                        by_name,
                     );
                     if kind != ValueKind::Unknown {
                         return kind;
                     }
                 }
-                if names::is_loss_name(name.id.as_str()) {
+                if by_name && names::is_loss_name(name.id.as_str()) {
                     return ValueKind::Graph;
                 }
                 ValueKind::Unknown
             }
             Expr::BinOp(bin) => {
-                let left = self.value_kind_depth(file, fn_idx, &bin.left, offset, depth + 1);
-                let right = self.value_kind_depth(file, fn_idx, &bin.right, offset, depth + 1);
+                let left =
+                    self.value_kind_depth(file, fn_idx, &bin.left, offset, depth + 1, by_name);
+                let right =
+                    self.value_kind_depth(file, fn_idx, &bin.right, offset, depth + 1, by_name);
                 match (left, right) {
                     (ValueKind::Graph, _) | (_, ValueKind::Graph) => ValueKind::Graph,
                     (ValueKind::Tensor, _) | (_, ValueKind::Tensor) => ValueKind::Tensor,
@@ -1621,7 +1683,7 @@ impl<'a> PyContext<'a> {
                 }
             }
             Expr::Subscript(sub) => {
-                match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1) {
+                match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1, by_name) {
                     kind @ (ValueKind::Tensor | ValueKind::Graph) => kind,
                     _ => ValueKind::Unknown,
                 }

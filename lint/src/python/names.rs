@@ -61,6 +61,10 @@ pub fn is_torch_function(path: &str) -> bool {
 /// What a `torch` function returns.
 pub fn torch_function_kind(path: &str) -> ValueKind {
     let last = path.rsplit('.').next().unwrap_or(path);
+    // `torch.nn.utils.clip_grad_norm_` returns the total norm: a tensor on the parameters' device.
+    if is_grad_norm_callee(last) {
+        return ValueKind::Tensor;
+    }
     if path.starts_with("torch.cuda.")
         || path.starts_with("torch.backends.")
         || path.starts_with("torch.distributed.")
@@ -93,6 +97,16 @@ pub fn torch_function_kind(path: &str) -> ValueKind {
         };
     }
     ValueKind::Tensor
+}
+
+/// The functions that clip or measure the gradients' norm and return it as a tensor on the
+/// device: `torch.nn.utils.clip_grad_norm_`, `get_total_norm`, Accelerate's
+/// `accelerator.clip_grad_norm_`, Fabric's `fabric.clip_gradients`.
+pub fn is_grad_norm_callee(last: &str) -> bool {
+    matches!(
+        last,
+        "clip_grad_norm_" | "clip_grad_norm" | "get_total_norm" | "clip_gradients"
+    )
 }
 
 /// A loss function or criterion by name (`loss_fn`, `criterion`, `cross_entropy`, `mse_loss`).

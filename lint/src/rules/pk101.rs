@@ -43,8 +43,10 @@ crate::declare_rule! {
     ///
     /// ## Python
     /// Python (PyTorch, Lightning): flags `.item()`, `.cpu()`, `.numpy()`, `.tolist()`,
-    /// `float(t)`/`int(t)`/`bool(t)`, `print(t)` of a tensor and `t.to("cpu")` inside a step loop (a
-    /// Lightning `training_step` is one).
+    /// `float(t)`/`int(t)`/`bool(t)`, `print(t)` of a tensor, a tensor formatted into text
+    /// (`f"{loss:.4f}"`, `"%.4f" % loss`, `"{}".format(loss)`: formatting calls the tensor's
+    /// `__format__`, which reads it back) and `t.to("cpu")` inside a step loop (a Lightning
+    /// `training_step` is one).
     ///
     /// ```python
     /// for step, (x, y) in enumerate(loader):
@@ -251,6 +253,77 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             .in_py_step_loop(cx, &hit),
         );
     }
+    check_python_formatting(cx, out);
+}
+
+/// Whether `print(..)` is given a tensor itself (`print(loss)`); what it formats first
+/// (`print(f"{loss}")`, `print("%f" % loss)`) is the formatting check's.
+fn prints_tensor(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
+    call.call.arguments.args.iter().any(|arg| {
+        !facts::is_formatting(arg)
+            && matches!(
+                cx.value_kind(file, call.fn_idx, arg, call.start),
+                ValueKind::Tensor | ValueKind::Graph
+            )
+    })
+}
+
+/// A tensor formatted into text inside a step loop (`print(f"norm {norm:.4f}")`,
+/// `log("%.3f" % loss)`, `"{}".format(loss)`): formatting calls `Tensor.__format__`, which reads
+/// the value back (`.item()` for one element), as `print(t)` does.
+fn check_python_formatting(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.formatting_calls() {
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        // What a value is bound to, not what it is called: a number named `batch_loss` is
+        // formatted in many a log line.
+        let bound = |expr| cx.value_kind_bound(file, call.fn_idx, expr, call.start);
+        let is_tensor = |expr| matches!(bound(expr), ValueKind::Tensor | ValueKind::Graph);
+        let args = &call.call.arguments;
+        let passed = args
+            .args
+            .iter()
+            .chain(args.keywords.iter().map(|k| &k.value));
+        // `print(loss, f"{loss}")` is reported once, as `print(..)`.
+        if call.func_name == Some("print") && prints_tensor(cx, file, call) {
+            continue;
+        }
+        let values: Vec<&PyExpr> = if call.method == Some("format")
+            && matches!(call.receiver, Some(PyExpr::StringLiteral(_)))
+        {
+            // `"{}".format(loss)`: every argument is formatted.
+            passed.collect()
+        } else {
+            passed.flat_map(facts::formatted_values).collect()
+        };
+        let Some(tensor) = values.into_iter().find(|value| is_tensor(value)) else {
+            continue;
+        };
+        if cx.cpu_only_program() {
+            return;
+        }
+        let text = &cx.units[file].file.source[crate::python::byte_range(tensor)];
+        // A long or multi-line expression is pointed at, not quoted.
+        let shown = if text.len() <= 60 && !text.contains('\n') {
+            format!("`{text}`")
+        } else {
+            "a tensor".to_string()
+        };
+        out.push(
+            cx.finding(
+                file,
+                tensor.range(),
+                format!(
+                    "formatting {shown} into text reads a tensor back to the host inside the \
+                     step loop"
+                ),
+                "format a number read back every N steps (or after the loop), and keep the \
+                 value on the device until then",
+            )
+            .in_py_step_loop(cx, &hit),
+        );
+    }
 }
 
 /// Whether `recv` was accumulated into (`total += ..`) earlier in the call's function: a name
@@ -317,7 +390,7 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
         name @ ("float" | "int" | "bool") if args.args.len() == 1 && is_tensor(&args.args[0]) => {
             Some(format!("{name}(..)"))
         }
-        "print" if args.args.iter().any(is_tensor) => Some("print(..)".into()),
+        "print" if prints_tensor(cx, file, call) => Some("print(..)".into()),
         _ => None,
     }
 }

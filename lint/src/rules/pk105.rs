@@ -74,7 +74,7 @@ impl Rule for GraphKeptAcrossSteps {
                 else {
                     continue;
                 };
-                if cx.value_kind(file, acc.fn_idx, acc.value, acc.range.start().to_usize())
+                if cx.value_kind_bound(file, acc.fn_idx, acc.value, acc.range.start().to_usize())
                     != ValueKind::Graph
                 {
                     continue;
@@ -115,7 +115,7 @@ impl Rule for GraphKeptAcrossSteps {
             let Some(hit) = cx.step_hit(file, call) else {
                 continue;
             };
-            if cx.value_kind(file, call.fn_idx, value, call.start) != ValueKind::Graph {
+            if cx.value_kind_bound(file, call.fn_idx, value, call.start) != ValueKind::Graph {
                 continue;
             }
             if !kept_across_steps(cx, file, call.fn_idx, &call.loops, list, call.start) {
