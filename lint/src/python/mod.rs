@@ -472,6 +472,31 @@ fn call_name<'a>(call: &PyCall<'a>) -> Option<&'a str> {
     call.method.or(call.func_name)
 }
 
+/// Per file, per function: what [`PyContext::optimizer_stepping`] found.
+struct OptimizerStepping {
+    /// Steps the optimizer, directly or through the package's functions.
+    steps: Vec<Vec<bool>>,
+    /// Has a step loop that steps the optimizer, directly or through the package's functions.
+    in_step_loop: Vec<Vec<bool>>,
+}
+
+/// Sets every function that calls (along `edges`, transitively) a function already set.
+#[allow(clippy::needless_range_loop)]
+fn propagate(table: &mut [Vec<bool>], edges: &[Vec<Vec<(usize, usize)>>]) {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for f in 0..table.len() {
+            for fi in 0..table[f].len() {
+                if !table[f][fi] && edges[f][fi].iter().any(|&(g, gi)| table[g][gi]) {
+                    table[f][fi] = true;
+                    changed = true;
+                }
+            }
+        }
+    }
+}
+
 /// The most functions of one name a call is followed into (more: the name is too common to tell).
 const MAX_TARGETS: usize = 3;
 /// How deep calls are followed from a step loop.
@@ -790,21 +815,7 @@ impl<'a> PyContext<'a> {
             }
             edges[f][fi].extend_from_slice(linked.targets.as_slice());
         }
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for f in 0..units.len() {
-                for fi in 0..reaches[f].len() {
-                    if reaches[f][fi] {
-                        continue;
-                    }
-                    if edges[f][fi].iter().any(|&(g, gi)| reaches[g][gi]) {
-                        reaches[f][fi] = true;
-                        changed = true;
-                    }
-                }
-            }
-        }
+        propagate(&mut reaches, &edges);
         // 2. Step loops: a marker, or a call into a reaching function, in the loop body.
         for linked in &self.linked {
             let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
@@ -833,22 +844,7 @@ impl<'a> PyContext<'a> {
                 }
             }
         }
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for f in 0..units.len() {
-                for fi in 0..self.has_step_loop[f].len() {
-                    if !self.has_step_loop[f][fi]
-                        && edges[f][fi]
-                            .iter()
-                            .any(|&(g, gi)| self.has_step_loop[g][gi])
-                    {
-                        self.has_step_loop[f][fi] = true;
-                        changed = true;
-                    }
-                }
-            }
-        }
+        propagate(&mut self.has_step_loop, &edges);
         for (f, unit) in units.iter().enumerate() {
             for (l, lp) in unit.facts.loops.iter().enumerate() {
                 if let Some(parent) = lp.parent
@@ -884,12 +880,24 @@ impl<'a> PyContext<'a> {
             }
         }
         // An optimizer-step loop around accumulation loops is the step loop (once per optimizer
-        // step), not an epoch loop.
-        for (f, unit) in units.iter().enumerate() {
-            for l in 0..unit.facts.loops.len() {
-                if self.outer_loop[f][l] && self.steps_optimizer_around_accumulation(f, l) {
-                    self.outer_loop[f][l] = false;
-                    self.optimizer_loop[f][l] = true;
+        // step), not an epoch loop: the accumulation loop may be in the loop's body or in a
+        // function it calls (`run_step()` calling `forward_backward()`, whose loop runs
+        // `backward()` per micro-batch, then `optimize()`, which steps the optimizer).
+        let stepping = self
+            .outer_loop
+            .iter()
+            .flatten()
+            .any(|&outer| outer)
+            .then(|| self.optimizer_stepping(&edges));
+        if let Some(stepping) = &stepping {
+            for (f, unit) in units.iter().enumerate() {
+                for l in 0..unit.facts.loops.len() {
+                    if self.outer_loop[f][l]
+                        && self.steps_optimizer_around_accumulation(f, l, stepping)
+                    {
+                        self.outer_loop[f][l] = false;
+                        self.optimizer_loop[f][l] = true;
+                    }
                 }
             }
         }
@@ -924,9 +932,21 @@ impl<'a> PyContext<'a> {
                 }
             }
         }
+        // A function with a step loop of its own, called from a step loop, runs once per
+        // iteration of an epoch loop; called from an optimizer-step loop, a function whose step
+        // loops only accumulate gradients (`forward_backward()`, or `run_step()` that calls it and
+        // then steps the optimizer) runs once per optimizer step.
+        let accumulates_only = |g: usize, gi: usize| {
+            stepping
+                .as_ref()
+                .is_some_and(|stepping| !stepping.in_step_loop[g][gi])
+        };
+        let runs_per_epoch = |hit: &PyHit, g: usize, gi: usize| {
+            self.has_step_loop[g][gi] && !(hit.optimizer_loop && accumulates_only(g, gi))
+        };
         for ((g, gi), mut hit, name) in seeds {
             hit.via.push(name);
-            if self.has_step_loop[g][gi] {
+            if runs_per_epoch(&hit, g, gi) {
                 hit.outer = true;
             }
             if self.fn_hit[g][gi]
@@ -962,7 +982,7 @@ impl<'a> PyContext<'a> {
                         let mut inner = hit.clone();
                         inner.via.push(call.display_name());
                         inner.guarded |= call.guard.is_some();
-                        inner.outer |= self.has_step_loop[g][gi];
+                        inner.outer |= runs_per_epoch(&inner, g, gi);
                         if self.fn_hit[g][gi].is_none() {
                             self.fn_hit[g][gi] = Some(inner);
                             next.push((g, gi));
@@ -1020,7 +1040,12 @@ impl<'a> PyContext<'a> {
     /// around inner step loops that only run `backward()`, and calls no function that holds a
     /// step loop: the accumulation pattern `for step ..: for micro in ..: loss.backward()` then
     /// `optimizer.step()`. Its body outside the inner loops runs once per optimizer step.
-    fn steps_optimizer_around_accumulation(&self, file: usize, l: usize) -> bool {
+    fn steps_optimizer_around_accumulation(
+        &self,
+        file: usize,
+        l: usize,
+        stepping: &OptimizerStepping,
+    ) -> bool {
         let facts = &self.units[file].facts;
         let mut steps_here = false;
         let mut inner = false;
@@ -1028,28 +1053,78 @@ impl<'a> PyContext<'a> {
             let Some(pos) = call.loops.iter().position(|&q| q == l) else {
                 continue;
             };
-            if call
+            let targets = self.call_targets(file, c);
+            let in_inner_step_loop = call
                 .loops
                 .get(pos + 1)
-                .is_some_and(|&q| self.step_loop[file][q])
-            {
+                .is_some_and(|&q| self.step_loop[file][q]);
+            let steps = self.steps_optimizer(file, call)
+                || targets.iter().any(|&(g, gi)| stepping.steps[g][gi]);
+            if in_inner_step_loop {
                 inner = true;
                 // An inner step loop that steps the optimizer itself is the per-batch loop.
-                if self.steps_optimizer(file, call) {
+                if steps {
                     return false;
                 }
-            } else if pos + 1 == call.loops.len() && self.steps_optimizer(file, call) {
+            } else if pos + 1 == call.loops.len() && steps {
                 steps_here = true;
             }
-            if self
-                .call_targets(file, c)
-                .iter()
-                .any(|&(g, gi)| self.has_step_loop[g][gi])
-            {
-                return false;
+            for &(g, gi) in targets {
+                if self.has_step_loop[g][gi] {
+                    // A function whose step loop steps the optimizer runs whole epochs (or at
+                    // least per-batch steps); one whose step loops only accumulate is the
+                    // accumulation.
+                    if stepping.in_step_loop[g][gi] {
+                        return false;
+                    }
+                    inner = true;
+                }
             }
         }
         steps_here && inner
+    }
+
+    /// Which functions step the optimizer (`optimizer.step()`, `zero_grad()`, `scaler.step(..)`),
+    /// and which have a step loop that does, each directly or through the package's functions.
+    fn optimizer_stepping(&self, edges: &[Vec<Vec<(usize, usize)>>]) -> OptimizerStepping {
+        let units = self.units;
+        let mut steps: Vec<Vec<bool>> = units
+            .iter()
+            .map(|u| vec![false; u.facts.fns.len()])
+            .collect();
+        for linked in &self.linked {
+            let call = &units[linked.file].facts.calls[linked.call];
+            if let Some(fi) = call.fn_idx
+                && linked.marker
+                && self.steps_optimizer(linked.file, call)
+            {
+                steps[linked.file][fi] = true;
+            }
+        }
+        propagate(&mut steps, edges);
+        let mut in_step_loop: Vec<Vec<bool>> = units
+            .iter()
+            .map(|u| vec![false; u.facts.fns.len()])
+            .collect();
+        for linked in &self.linked {
+            let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
+            let Some(fi) = call.fn_idx else { continue };
+            if call.loops.iter().any(|&l| self.step_loop[f][l])
+                && ((linked.marker && self.steps_optimizer(f, call))
+                    || linked
+                        .targets
+                        .as_slice()
+                        .iter()
+                        .any(|&(g, gi)| steps[g][gi]))
+            {
+                in_step_loop[f][fi] = true;
+            }
+        }
+        propagate(&mut in_step_loop, edges);
+        OptimizerStepping {
+            steps,
+            in_step_loop,
+        }
     }
 
     /// `optimizer.step()`, `optimizer.zero_grad()` or `scaler.step(..)`: a step marker that is
@@ -1065,6 +1140,14 @@ impl<'a> PyContext<'a> {
     /// runs once per optimizer step.)
     fn is_evaluation(&self, file: usize, call: &PyCall<'a>, loops: &[usize]) -> bool {
         let facts = &self.units[file].facts;
+        // A loop over the weights (`for p in self.master_params:` summing norms, an EMA update)
+        // is work of the step on the model, under `no_grad` or not: it evaluates nothing.
+        if loops
+            .iter()
+            .any(|&l| facts.loops[l].iter.is_some_and(iterates_parameters))
+        {
+            return false;
+        }
         call.no_grad
             || call
                 .fn_idx
@@ -1884,6 +1967,30 @@ fn project_dir(dir: &Path, cache: &mut HashMap<PathBuf, Option<PathBuf>>) -> Opt
     };
     cache.insert(dir.to_path_buf(), found.clone());
     found
+}
+
+/// Whether a loop iterates a model's parameters: `model.parameters()`, `self.master_params`,
+/// `optimizer.param_groups`, `zip(ema_params, params)`, `enumerate(model.named_parameters())`.
+fn iterates_parameters(iter: &Expr) -> bool {
+    let named = |expr: &Expr| {
+        let expr = match expr {
+            Expr::Call(call) => &*call.func,
+            other => other,
+        };
+        facts::dotted(expr).is_some_and(|path| {
+            let last = path.rsplit('.').next().unwrap_or(&path);
+            last.to_ascii_lowercase().contains("param")
+        })
+    };
+    match iter {
+        Expr::Call(call)
+            if facts::dotted(&call.func)
+                .is_some_and(|f| matches!(f.as_str(), "enumerate" | "zip")) =>
+        {
+            call.arguments.args.iter().any(named)
+        }
+        other => named(other),
+    }
 }
 
 /// The name a loop iterates: `val_loader` of `val_loader`, `enumerate(val_loader)`,
