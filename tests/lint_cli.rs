@@ -540,11 +540,33 @@ fn select_and_ignore_take_codes_and_prefixes() {
         "--select",
         &list,
     ])));
-    assert_eq!(codes(&listed), BTreeSet::from([first, second]));
+    assert_eq!(codes(&listed), BTreeSet::from([first.clone(), second]));
 
     let unknown = run(perfkit().args(["lint", "fixtures/lint", "--select", "PK999"]));
     assert_eq!(unknown.code, 2);
     assert!(unknown.stderr.contains("PK999"), "{}", unknown.stderr);
+
+    // An empty selection (`--select "$RULES"` with nothing in the variable) is an error, not
+    // every rule; a trailing comma is not an empty selection.
+    for empty in ["", ",", " , "] {
+        let out = run(perfkit().args(["lint", "fixtures/lint", "--select", empty]));
+        assert_eq!(out.code, 2, "{empty:?}: {}", out.stdout);
+        assert!(
+            out.stderr.contains("--select: no rule code given"),
+            "{empty:?}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{empty:?}: {}", out.stdout);
+    }
+    let trailing = json(&run(perfkit().args([
+        "lint",
+        "fixtures/lint",
+        "--format",
+        "json",
+        "--select",
+        &format!("{first},"),
+    ])));
+    assert_eq!(codes(&trailing), BTreeSet::from([first]));
 }
 
 #[test]

@@ -40,7 +40,8 @@ pub struct LintArgs {
     /// `human` is `--format text`.
     #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
     message_format: Option<MessageFormat>,
-    /// Run these rules: comma-separated codes or prefixes (`PK101`, `PK1`). Only these when the
+    /// Run these rules: comma-separated codes or prefixes (`PK101`, `PK1`; none at all is an
+    /// error). Only these when the
     /// config selects nothing; added to the config's `select` when it has one.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
@@ -110,6 +111,13 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         .map(|code| code.trim().to_string())
         .filter(|c| !c.is_empty())
         .collect();
+    // `--select "$RULES"` with the variable empty would otherwise run every rule: the opposite of
+    // selecting. An empty `--ignore` ignores nothing, as it says.
+    if !args.select.is_empty() && options.select.is_empty() {
+        anyhow::bail!(
+            "--select: no rule code given (leave --select out to run the configured rules)"
+        );
+    }
     options.ignore = args
         .ignore
         .iter()
