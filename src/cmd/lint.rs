@@ -41,8 +41,8 @@ pub struct LintArgs {
     #[arg(long, value_enum, value_name = "FMT", conflicts_with = "format")]
     message_format: Option<MessageFormat>,
     /// Run these rules: comma-separated codes or prefixes (`PK101`, `PK1`; none at all is an
-    /// error). Only these when the
-    /// config selects nothing; added to the config's `select` when it has one.
+    /// error). Only these when the config selects nothing; added to the config's `select` when it
+    /// has one.
     #[arg(long, value_delimiter = ',', value_name = "CODES")]
     select: Vec<String>,
     /// Disable these rules: comma-separated codes or prefixes, on top of the config.
