@@ -514,3 +514,30 @@ fn fix_does_not_rewrite_notebooks_and_says_so() {
         )]
     );
 }
+
+#[test]
+fn a_byte_order_mark_is_not_a_column_of_the_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = "import torch; x = torch.zeros(3).cuda()\n";
+    write(dir.path(), "bom.py", &format!("\u{feff}{line}"));
+    write(dir.path(), "plain.py", line);
+    let value = json(&lint_in(dir.path(), &[".", "--format", "json"]));
+    let columns: Vec<(String, u64, u64)> = value["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["column"].as_u64().unwrap(),
+                f["end_column"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // `torch.zeros` starts at column 19 of the line as an editor shows it, with or without a BOM.
+    assert_eq!(
+        columns,
+        vec![("bom.py".to_string(), 19, 30), ("plain.py".to_string(), 19, 30)],
+        "{value}"
+    );
+}

@@ -233,6 +233,11 @@ impl PyFile {
         let column = self
             .source
             .get(start..offset)
+            // A byte-order mark starts the file, not its first line: editors do not count it.
+            .map(|s| match start {
+                0 => s.strip_prefix('\u{feff}').unwrap_or(s),
+                _ => s,
+            })
             .map_or(1, |s| s.chars().count() + 1);
         (line, column)
     }
