@@ -537,7 +537,10 @@ fn a_byte_order_mark_is_not_a_column_of_the_first_line() {
     // `torch.zeros` starts at column 19 of the line as an editor shows it, with or without a BOM.
     assert_eq!(
         columns,
-        vec![("bom.py".to_string(), 19, 30), ("plain.py".to_string(), 19, 30)],
+        vec![
+            ("bom.py".to_string(), 19, 30),
+            ("plain.py".to_string(), 19, 30)
+        ],
         "{value}"
     );
 }

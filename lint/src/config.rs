@@ -69,9 +69,15 @@ impl Config {
     /// Reads a `perfkit.toml` (or any file given with `--config`; a `Cargo.toml` is read through its
     /// `metadata.perfkit` tables).
     pub fn from_file(path: &Path) -> Result<Config, LintError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LintError::ConfigIo {
+        let io_error = |source| LintError::ConfigIo {
             path: path.to_path_buf(),
             source,
+        };
+        let text = String::from_utf8(read_config_bytes(path).map_err(io_error)?).map_err(|_| {
+            io_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
         })?;
         let table: toml::Table =
             text.parse()
@@ -359,6 +365,31 @@ fn config_in(ancestor: &Path) -> Option<PathBuf> {
     None
 }
 
+/// The most bytes of a configuration file read (`perfkit.toml`, `Cargo.toml`, `pyproject.toml`):
+/// real ones are a few KiB; a larger one (or `/dev/zero` given as `--config`) is an error, not a
+/// run that reads until memory runs out.
+const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A configuration file's bytes, at most [`MAX_CONFIG_BYTES`] (more is an error of kind
+/// `FileTooLarge`). Read through to its end, so a pipe (`--config <(..)`) works too.
+fn read_config_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!(
+                "file too large (configuration files over {} MiB are not read)",
+                MAX_CONFIG_BYTES / (1024 * 1024)
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Whether a `Cargo.toml` or `pyproject.toml` holds perfkit's table (`table_of` finds it). One
 /// that mentions perfkit but is not valid TOML counts as holding it, so that reading it reports
 /// the error (file and line) rather than the configuration being passed over without a word.
@@ -366,8 +397,12 @@ fn holds_config(path: &Path, table_of: fn(&toml::Table) -> Option<&toml::Table>)
     if !path.is_file() {
         return false;
     }
-    let Ok(bytes) = std::fs::read(path) else {
-        return false;
+    let bytes = match read_config_bytes(path) {
+        Ok(bytes) => bytes,
+        // Too large to read: taken, so that reading it reports the size instead of its settings
+        // being passed over.
+        Err(err) if err.kind() == std::io::ErrorKind::FileTooLarge => return true,
+        Err(_) => return false,
     };
     if memchr::memmem::find(&bytes, b"perfkit").is_none() {
         return false;
@@ -402,6 +437,26 @@ mod tests {
         // One that does not name perfkit is not a configuration of perfkit's.
         std::fs::write(&path, b"[tool.black]\n# caf\xe9\n").unwrap();
         assert!(!holds_config(&path, pyproject_table));
+    }
+
+    #[test]
+    fn a_configuration_file_too_large_to_read_is_an_error_not_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pyproject.toml");
+        let limit = usize::try_from(MAX_CONFIG_BYTES).unwrap();
+        // At the limit it is read (and a comment is all it holds).
+        let mut text = vec![b'#'; limit - 1];
+        text.push(b'\n');
+        std::fs::write(&path, &text).unwrap();
+        assert!(!holds_config(&path, pyproject_table));
+        assert!(Config::from_file(&path).is_ok());
+        // One byte more: taken when discovered, and reading it names the file and the limit.
+        text.push(b'\n');
+        std::fs::write(&path, &text).unwrap();
+        assert!(holds_config(&path, pyproject_table));
+        let error = Config::from_file(&path).unwrap_err().to_string();
+        assert!(error.contains("pyproject.toml"), "{error}");
+        assert!(error.contains("file too large"), "{error}");
     }
 
     #[test]
