@@ -247,11 +247,13 @@ fn a_python_file_that_does_not_parse_is_an_error_entry_and_the_rest_is_linted() 
     assert_eq!(errors.len(), 1, "{value}");
     assert_eq!(errors[0]["path"], "broken.py");
     assert_eq!(errors[0]["line"], 3);
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.starts_with("syntax error"), "{message}");
+    // The package's other files were linted without the broken one's functions: the findings
+    // may be incomplete, and the error says so.
     assert!(
-        errors[0]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("syntax error")
+        message.ends_with("; the rest of its package was linted without it"),
+        "{message}"
     );
     assert_eq!(
         findings(&value),
@@ -262,6 +264,18 @@ fn a_python_file_that_does_not_parse_is_an_error_entry_and_the_rest_is_linted() 
             "warning".to_string()
         )]
     );
+    // A file alone in its package is not part of anything else.
+    let alone = tempfile::tempdir().unwrap();
+    write(
+        alone.path(),
+        "broken.py",
+        "def f(:
+    pass
+",
+    );
+    let value = json(&lint_in(alone.path(), &[".", "--format", "json"]));
+    let message = value["errors"][0]["message"].as_str().unwrap();
+    assert!(!message.contains("the rest of its package"), "{message}");
 }
 
 #[test]

@@ -579,7 +579,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
                 }
                 units.push(crate::python::PyUnit { file, facts });
             }
-            Err(err) => output.errors.push(err),
+            Err(err) => output.errors.push(partial_package(err, job)),
         }
     }
     let config = &job.config;
@@ -614,6 +614,18 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
     output
 }
 
+/// A file of a package (or crate) with other files that could not be read or parsed: the others
+/// are linted without its functions, so a step loop that runs through them, and the findings
+/// that follow from it, may be missing. The error says so.
+fn partial_package(mut err: FileError, job: &CrateJob) -> FileError {
+    if job.files.len() > 1 {
+        let kind = if job.python { "package" } else { "crate" };
+        err.message
+            .push_str(&format!("; the rest of its {kind} was linted without it"));
+    }
+    err
+}
+
 fn lint_crate(
     job: &CrateJob,
     options: &LintOptions,
@@ -632,7 +644,7 @@ fn lint_crate(
         let file: &SourceFile = match read_and_parse(path) {
             Ok(file) => parsed.alloc(file),
             Err(err) => {
-                output.errors.push(err);
+                output.errors.push(partial_package(err, job));
                 continue;
             }
         };
