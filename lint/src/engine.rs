@@ -558,7 +558,7 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
                 let facts = crate::python::facts::collect(file);
                 if let Some(at) = facts.too_deep {
                     let limit = crate::python::facts::MAX_NESTING;
-                    output.errors.push(match file.notebook {
+                    let error = match file.notebook {
                         Some(_) => FileError {
                             path: file.path.clone(),
                             message: format!(
@@ -574,7 +574,8 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
                             ),
                             line: Some(file.line_of(at)),
                         },
-                    });
+                    };
+                    output.errors.push(partial_package(error, job));
                     continue;
                 }
                 units.push(crate::python::PyUnit { file, facts });
@@ -651,14 +652,15 @@ fn lint_crate(
         let facts = collect_facts(file, is_test_target(&job.root, &file.path));
         if let Some(span) = facts.too_deep {
             let line = span.start().line;
-            output.errors.push(FileError {
+            let error = FileError {
                 path: file.path.clone(),
                 message: format!(
                     "nesting too deep (more than {} levels), not linted",
                     crate::analysis::MAX_NESTING
                 ),
                 line: (line > 0).then_some(line),
-            });
+            };
+            output.errors.push(partial_package(error, job));
             continue;
         }
         files.push(CrateFile {
