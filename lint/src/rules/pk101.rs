@@ -45,8 +45,9 @@ crate::declare_rule! {
     /// Python (PyTorch, Lightning): flags `.item()`, `.cpu()`, `.numpy()`, `.tolist()`,
     /// `float(t)`/`int(t)`/`bool(t)`, `print(t)` of a tensor, a tensor formatted into text
     /// (`f"{loss:.4f}"`, `"%.4f" % loss`, `"{}".format(loss)`: formatting calls the tensor's
-    /// `__format__`, which reads it back) and `t.to("cpu")` inside a step loop (a Lightning
-    /// `training_step` is one).
+    /// `__format__`, which reads it back), a tensor handed to TensorBoard's `add_scalar` or to
+    /// `wandb.log` (they convert it on the host) and `t.to("cpu")` inside a step loop (a
+    /// Lightning `training_step` is one; its `self.log(..)` keeps values on the device).
     ///
     /// ```python
     /// for step, (x, y) in enumerate(loader):
@@ -254,6 +255,58 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         );
     }
     check_python_formatting(cx, out);
+    check_python_loggers(cx, out);
+}
+
+/// A tensor handed to a logger that reads it back to the host: TensorBoard's
+/// `writer.add_scalar(tag, loss, step)` (it converts the value with `.cpu().numpy()`) and
+/// `wandb.log({"loss": loss})` (it converts tensors to numbers). Lightning's `self.log(..)` keeps
+/// the value on the device until the epoch ends: not reported.
+fn check_python_loggers(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, call) in cx.calls_named(&["add_scalar", "log"]) {
+        let args = &call.call.arguments;
+        let values: Vec<&PyExpr> = match call.method {
+            Some("add_scalar") => call
+                .keyword("scalar_value")
+                .or(args.args.get(1))
+                .into_iter()
+                .collect(),
+            Some("log") if call.path.as_deref() == Some("wandb.log") => match args.args.first() {
+                Some(PyExpr::Dict(dict)) => dict.items.iter().map(|item| &item.value).collect(),
+                _ => Vec::new(),
+            },
+            _ => continue,
+        };
+        if values.is_empty() {
+            continue;
+        }
+        let Some(hit) = cx.step_hit(file, call) else {
+            continue;
+        };
+        // By binding, as for formatting: loggers are handed many numbers named like losses.
+        let Some(tensor) = values.into_iter().find(|value| {
+            matches!(
+                cx.value_kind_bound(file, call.fn_idx, value, call.start),
+                ValueKind::Tensor | ValueKind::Graph
+            )
+        }) else {
+            continue;
+        };
+        if cx.cpu_only_program() {
+            return;
+        }
+        let logger = call.display_name();
+        out.push(
+            cx.finding(
+                file,
+                tensor.range(),
+                format!("`{logger}` reads this tensor back to the host inside the step loop"),
+                "log a number read back every N steps (`loss.item()` under an `if step % N == \
+                 0:`), and keep the value on the device until then",
+            )
+            .in_py_step_loop(cx, &hit),
+        );
+    }
 }
 
 /// Whether `print(..)` is given a tensor itself (`print(loss)`); what it formats first
