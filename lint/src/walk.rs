@@ -18,6 +18,9 @@ pub(crate) struct Walked {
 pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     let mut files = Vec::new();
     let mut errors = Vec::new();
+    // Whether the walk went through a symbolic link to a directory: then one file may be listed
+    // under two paths (`alias -> pkg` beside `pkg`), and must be linted (and fixed) once.
+    let mut through_dir_link = false;
     for root in paths {
         let meta = match std::fs::metadata(root) {
             Ok(meta) => meta,
@@ -57,6 +60,8 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
         for entry in walker {
             match entry {
                 Ok(entry) => {
+                    through_dir_link |=
+                        entry.path_is_symlink() && entry.file_type().is_some_and(|t| t.is_dir());
                     let is_file = entry.file_type().is_some_and(|t| t.is_file());
                     if is_file
                         && entry
@@ -73,8 +78,10 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     }
     sort_paths(&mut files);
     files.dedup();
-    if paths.len() > 1 {
+    if paths.len() > 1 || through_dir_link {
         dedup_spellings(&mut files);
+    }
+    if paths.len() > 1 {
         dedup_errors(&mut errors);
     }
     Walked { files, errors }
@@ -116,8 +123,9 @@ fn identity(path: &Path, dirs: &mut HashMap<PathBuf, Option<PathBuf>>) -> PathBu
     resolved.unwrap_or_else(|| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
-/// Keeps one spelling of each file given several ways (by several paths on the command line, or
-/// as a file and its directory): the shortest, at the place of the first.
+/// Keeps one spelling of each file given several ways (by several paths on the command line, as
+/// a file and its directory, or through a symbolic link to a directory): the one not through a
+/// link, then the shortest, at the place of the first.
 fn dedup_spellings(files: &mut Vec<PathBuf>) {
     let mut first: HashMap<PathBuf, usize> = HashMap::with_capacity(files.len());
     let mut dirs = HashMap::new();
@@ -129,7 +137,8 @@ fn dedup_spellings(files: &mut Vec<PathBuf>) {
             }
             std::collections::hash_map::Entry::Occupied(slot) => {
                 let kept = *slot.get();
-                if files[i].as_os_str().len() < files[kept].as_os_str().len() {
+                let rank = |path: &Path| (through_link(path, &dirs), path.as_os_str().len());
+                if rank(&files[i]) < rank(&files[kept]) {
                     files.swap(i, kept);
                 }
                 keep[i] = false;
@@ -143,6 +152,19 @@ fn dedup_spellings(files: &mut Vec<PathBuf>) {
     files.retain(|_| flags.next().unwrap_or(true));
     // A shorter spelling may sort elsewhere.
     sort_paths(files);
+}
+
+/// Whether a walked path reaches its directory through a symbolic link: the directory as
+/// written differs from where it resolved to (known from [`identity`]'s cache).
+fn through_link(path: &Path, dirs: &HashMap<PathBuf, Option<PathBuf>>) -> bool {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match dirs.get(parent) {
+        Some(Some(resolved)) => absolute_path(parent) != *resolved,
+        _ => false,
+    }
 }
 
 /// One error per path that could not be walked, however many times it was given.

@@ -248,6 +248,27 @@ fn a_symlink_loop_is_reported_and_the_walk_ends() {
 
 #[cfg(unix)]
 #[test]
+fn a_directory_reached_through_a_link_too_is_linted_once_under_its_own_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(&dir.path().join("pkg/train.rs"), CANDLE_LOOP);
+    // `alias` sorts before `pkg`: the spelling kept is the one not through the link.
+    std::os::unix::fs::symlink("pkg", dir.path().join("alias")).expect("symlink");
+    let report = run(&[dir.path()]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.files_scanned, 1, "{:?}", report.diagnostics);
+    assert_eq!(codes_at(&report, "train.rs").len(), 2);
+    assert!(
+        report
+            .diagnostics
+            .iter()
+            .all(|d| d.path.ends_with("pkg/train.rs")),
+        "{:?}",
+        report.diagnostics
+    );
+}
+
+#[cfg(unix)]
+#[test]
 fn a_broken_symlink_is_named_as_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::os::unix::fs::symlink("gone.py", dir.path().join("train.py")).expect("symlink");
