@@ -173,7 +173,7 @@ fn display_location_word(word: &str) -> std::borrow::Cow<'_, str> {
     .into()
 }
 
-fn relative_to_current_dir(path: &Path) -> PathBuf {
+pub(crate) fn relative_to_current_dir(path: &Path) -> PathBuf {
     if path.is_absolute() {
         if let Ok(cwd) = std::env::current_dir()
             && let Some(relative) = relative_path(&normalize(path), &normalize(&cwd))

@@ -221,24 +221,36 @@ fn result(diagnostic: &Diagnostic, rule_index: usize) -> Value {
 /// A relative path becomes a URI reference under `%SRCROOT%`; an absolute one (outside the current
 /// directory on another drive) a `file` URI.
 fn artifact_location(path: &Path) -> Value {
-    let shown = display_path(path);
-    if Path::new(&shown).is_absolute() {
-        json!({ "uri": file_uri(&shown) })
+    let shown = super::relative_to_current_dir(path);
+    if shown.is_absolute() {
+        json!({ "uri": file_uri(&uri_bytes(&shown)) })
     } else {
-        json!({ "uri": percent_encode(&shown), "uriBaseId": SRCROOT })
+        json!({ "uri": percent_encode(&uri_bytes(&shown)), "uriBaseId": SRCROOT })
+    }
+}
+
+/// The bytes of a path for a URI, `/`-separated. On Unix a file name is bytes, not text: a name
+/// that is not UTF-8 keeps its own bytes (percent-encoded), so the URI names the file (text
+/// replaced by U+FFFD would name another).
+fn uri_bytes(path: &Path) -> Vec<u8> {
+    if std::path::MAIN_SEPARATOR == '/' {
+        path.as_os_str().as_encoded_bytes().to_vec()
+    } else {
+        path.to_string_lossy()
+            .replace(std::path::MAIN_SEPARATOR, "/")
+            .into_bytes()
     }
 }
 
 fn directory_uri(dir: &Path) -> Option<String> {
-    let text = dir.to_str()?.replace('\\', "/");
-    let mut uri = file_uri(&text);
+    let mut uri = file_uri(&uri_bytes(dir));
     if !uri.ends_with('/') {
         uri.push('/');
     }
     Some(uri)
 }
 
-fn file_uri(absolute: &str) -> String {
+fn file_uri(absolute: &[u8]) -> String {
     let encoded = percent_encode(absolute);
     if encoded.starts_with('/') {
         format!("file://{encoded}")
@@ -249,9 +261,9 @@ fn file_uri(absolute: &str) -> String {
 
 /// Percent-encodes everything but unreserved characters and `/` (RFC 3986), so that spaces, `%` and
 /// non-ASCII names make valid URIs.
-fn percent_encode(path: &str) -> String {
+fn percent_encode(path: &[u8]) -> String {
     let mut out = String::with_capacity(path.len());
-    for byte in path.bytes() {
+    for &byte in path {
         match byte {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
                 out.push(byte as char)
@@ -365,9 +377,14 @@ mod tests {
     #[test]
     fn percent_encoding_keeps_paths_readable() {
         assert_eq!(
-            percent_encode("src/model/train_step.rs"),
+            percent_encode(b"src/model/train_step.rs"),
             "src/model/train_step.rs"
         );
-        assert_eq!(percent_encode("src/ü 100%.rs"), "src/%C3%BC%20100%25.rs");
+        assert_eq!(
+            percent_encode("src/ü 100%.rs".as_bytes()),
+            "src/%C3%BC%20100%25.rs"
+        );
+        // A Unix file name that is not UTF-8 keeps its bytes.
+        assert_eq!(percent_encode(b"tr\xffain.py"), "tr%FFain.py");
     }
 }
