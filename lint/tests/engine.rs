@@ -1049,3 +1049,26 @@ fn only_a_build_directory_named_target_is_skipped() {
     assert_eq!(codes_at(&report, "src/target/mod.rs").len(), 2);
     assert_eq!(codes_at(&report, "py/target/train.py").len(), 1);
 }
+
+#[test]
+fn python_bindings_that_go_round_end_the_search_for_a_device() {
+    // `d = d` and `a = b; b = a` made the device search recurse without end (a stack overflow
+    // that ended the whole run); a name bound thousands of times over must stay fast too.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::from("import torch\n\nd = \"cuda\"\nd = d\n");
+    text.push_str(&"d = d\n".repeat(2000));
+    text.push_str("x = torch.zeros(3).to(d)\n\n\ndef f(a, b):\n");
+    text.push_str(&"    a = b\n    b = a\n".repeat(500));
+    text.push_str("    return torch.zeros(3).to(a)\n");
+    write(&dir.path().join("cycles.py"), &text);
+    let options = LintOptions::new([dir.path().to_path_buf()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    // `d` is "cuda" through every round; what `a` is, nothing says.
+    assert_eq!(
+        codes_at(&report, "cycles.py"),
+        [(2005, "PK201", Severity::Warning)],
+        "{:?}",
+        report.diagnostics
+    );
+}

@@ -85,6 +85,10 @@ pub struct PyCall<'a> {
     pub loops: Rc<[usize]>,
     /// The number of loops around the innermost `if step % N == 0` guard around the call.
     pub guard: Option<u32>,
+    /// Under a branch that only the first iterations of a loop take (`if step == 0:`,
+    /// `if i < 3:`, on the loop's counter or a value computed from it): the position of that
+    /// loop in [`PyCall::loops`].
+    pub bounded: Option<u32>,
     /// Inside a block that ends by leaving (see [`leaving_block`]): `Some(0)` when it leaves the
     /// program or unwinds (`raise`, `sys.exit(..)`), `Some(n)` when it `break`s out of the loop
     /// `loops[n - 1]`. Such a block runs once, not on every iteration.
@@ -218,6 +222,8 @@ pub fn collect(file: &PyFile) -> PyFacts<'_> {
         fn_stack: Vec::new(),
         class_stack: Vec::new(),
         loops: Vec::new(),
+        counters: Vec::new(),
+        bounded: None,
         shared_loops: None,
         guard: None,
         leaves: None,
@@ -294,6 +300,12 @@ struct Collector<'a> {
     fn_stack: Vec<usize>,
     class_stack: Vec<(&'a str, bool)>,
     loops: Vec<usize>,
+    /// The counters of the enclosing loops of the function (`i` of `for i, b in enumerate(..)`,
+    /// `step` of `for step in range(..)`) and the names computed from them
+    /// (`ni = i + nb * epoch`), each with its loop's position in `loops`.
+    counters: Vec<(&'a str, usize)>,
+    /// See [`PyCall::bounded`].
+    bounded: Option<usize>,
     /// `loops` as the facts share it, until `loops` changes.
     shared_loops: Option<Rc<[usize]>>,
     guard: Option<usize>,
@@ -326,8 +338,12 @@ impl<'a> Collector<'a> {
     /// `if param == literal:` branch when its test is one, and noting whether it leaves.
     fn visit_branch(&mut self, test: Option<&'a Expr>, body: &'a [Stmt]) {
         let (saved, saved_leaves, saved_branch) = (self.guard, self.leaves, self.branch);
+        let saved_bounded = self.bounded;
         if test.is_some_and(|t| is_modulo_guard(t, &self.modulo_helpers)) {
             self.guard = Some(self.loops.len());
+        }
+        if let Some(pos) = test.and_then(|t| self.bounded_test(t)) {
+            self.bounded = Some(self.bounded.map_or(pos, |p| p.min(pos)));
         }
         if let Some(test) = test.filter(|t| equality_branch(t).is_some()) {
             self.branch = Some(test);
@@ -339,6 +355,72 @@ impl<'a> Collector<'a> {
         self.guard = saved;
         self.leaves = saved_leaves;
         self.branch = saved_branch;
+        self.bounded = saved_bounded;
+    }
+
+    /// The position (in `loops`) of the loop whose first iterations alone pass `test`:
+    /// `counter == N`, `counter < N`, `counter <= N` (or the same written the other way round),
+    /// or such a test joined with `and`.
+    fn bounded_test(&self, test: &Expr) -> Option<usize> {
+        match test {
+            Expr::Compare(cmp) if cmp.ops.len() == 1 && cmp.comparators.len() == 1 => {
+                let (left, right) = (&*cmp.left, &cmp.comparators[0]);
+                let (counter, op) = match (left, right) {
+                    (Expr::Name(name), Expr::NumberLiteral(_)) => (name, cmp.ops[0]),
+                    (Expr::NumberLiteral(_), Expr::Name(name)) => (
+                        name,
+                        match cmp.ops[0] {
+                            CmpOp::Gt => CmpOp::Lt,
+                            CmpOp::GtE => CmpOp::LtE,
+                            other => other,
+                        },
+                    ),
+                    _ => return None,
+                };
+                if !matches!(op, CmpOp::Eq | CmpOp::Lt | CmpOp::LtE) {
+                    return None;
+                }
+                self.counter_position(counter.id.as_str())
+            }
+            Expr::BoolOp(bool_op) if bool_op.op == ruff_python_ast::BoolOp::And => bool_op
+                .values
+                .iter()
+                .filter_map(|v| self.bounded_test(v))
+                .min(),
+            _ => None,
+        }
+    }
+
+    /// The loop position of a counter (the innermost binding of the name).
+    fn counter_position(&self, name: &str) -> Option<usize> {
+        self.counters
+            .iter()
+            .rev()
+            .find(|(counter, _)| *counter == name)
+            .map(|&(_, pos)| pos)
+    }
+
+    /// The loop position of the counter an expression is computed from, when it is arithmetic on
+    /// it (`i + nb * epoch`, `epoch * len(loader) + i`).
+    fn computed_from_counter(&self, expr: &Expr) -> Option<usize> {
+        match expr {
+            Expr::Name(name) => self.counter_position(name.id.as_str()),
+            Expr::BinOp(bin)
+                if matches!(
+                    bin.op,
+                    Operator::Add | Operator::Sub | Operator::Mult | Operator::FloorDiv
+                ) =>
+            {
+                match (
+                    self.computed_from_counter(&bin.left),
+                    self.computed_from_counter(&bin.right),
+                ) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (one, other) => one.or(other),
+                }
+            }
+            _ => None,
+        }
     }
 
     fn enter_block(&mut self, body: &[Stmt]) {
@@ -518,6 +600,8 @@ impl<'a> Collector<'a> {
                 });
                 // Loops and guards do not cross a function boundary.
                 let loops = std::mem::take(&mut self.loops);
+                let counters = std::mem::take(&mut self.counters);
+                let bounded = self.bounded.take();
                 let shared_loops = self.shared_loops.take();
                 let guard = self.guard.take();
                 let leaves = self.leaves.take();
@@ -539,6 +623,8 @@ impl<'a> Collector<'a> {
                 self.fn_stack.pop();
                 self.test_depth -= test_bump;
                 self.loops = loops;
+                self.counters = counters;
+                self.bounded = bounded;
                 self.shared_loops = shared_loops;
                 self.guard = guard;
                 self.leaves = leaves;
@@ -573,9 +659,14 @@ impl<'a> Collector<'a> {
                     .to_usize();
                 let idx = self.enter_loop(f.range, Some(&f.iter), body_start);
                 self.bind_loop_target(&f.target, &f.iter, f.range.start().to_usize(), idx);
+                let counters = self.counters.len();
+                if let Some(counter) = loop_counter(&f.target, &f.iter) {
+                    self.counters.push((counter, self.loops.len() - 1));
+                }
                 for s in &f.body {
                     self.visit_stmt(s);
                 }
+                self.counters.truncate(counters);
                 self.loops.pop();
                 self.shared_loops = None;
                 for s in &f.orelse {
@@ -632,6 +723,13 @@ impl<'a> Collector<'a> {
             }
             Stmt::Assign(a) => {
                 self.visit_expr(&a.value);
+                // `ni = i + nb * epoch`: a name computed from a loop's counter counts like it.
+                if !self.counters.is_empty()
+                    && let [Expr::Name(target)] = a.targets.as_slice()
+                    && let Some(pos) = self.computed_from_counter(&a.value)
+                {
+                    self.counters.push((target.id.as_str(), pos));
+                }
                 // The name is bound once the value is computed: uses in the value see the old one.
                 let at = a.range.end().to_usize();
                 for target in &a.targets {
@@ -748,6 +846,7 @@ impl<'a> Collector<'a> {
                     fn_idx: self.fn_idx(),
                     loops,
                     guard: self.guard.map(|g| g as u32),
+                    bounded: self.bounded.map(|b| b as u32),
                     leaves: self.leaves.map(|l| l as u32),
                     branch_test: self.branch,
                     no_grad: self.no_grad > 0,
@@ -821,6 +920,25 @@ impl<'a> Collector<'a> {
             expr if is_leaf(expr) => {}
             _ => visitor::walk_expr(self, expr),
         }
+    }
+}
+
+/// The counter of a `for` loop: `step` of `for step in range(..)`, `i` of
+/// `for i, batch in enumerate(..)`.
+fn loop_counter<'a>(target: &'a Expr, iter: &Expr) -> Option<&'a str> {
+    let Expr::Call(call) = iter else {
+        return None;
+    };
+    let Expr::Name(func) = &*call.func else {
+        return None;
+    };
+    match (func.id.as_str(), target) {
+        ("range", Expr::Name(name)) => Some(name.id.as_str()),
+        ("enumerate", Expr::Tuple(tuple)) => match tuple.elts.first() {
+            Some(Expr::Name(name)) => Some(name.id.as_str()),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

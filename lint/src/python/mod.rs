@@ -1197,6 +1197,15 @@ impl<'a> PyContext<'a> {
             }
             _ => {}
         }
+        // A branch only the first steps take (`if step == 0:`, `if i < 3:`) runs a bounded number
+        // of times, not per step. Bounding an epoch loop's counter (`if epoch == 0:`) still
+        // leaves every step of that epoch.
+        if let Some(&l) = call.bounded.and_then(|pos| call.loops.get(pos as usize))
+            && self.step_loop[file][l]
+            && !self.outer_loop[file][l]
+        {
+            return None;
+        }
         if let Some(hit) = self.loop_hit(file, call) {
             return Some(hit);
         }
@@ -1852,6 +1861,26 @@ impl<'a> PyContext<'a> {
         expr: &Expr,
         offset: usize,
     ) -> Device {
+        self.device_of_depth(file, fn_idx, expr, offset, 0, &mut Vec::new())
+    }
+
+    /// [`PyContext::device_of`], `depth` bindings deep. Every binding of a name in its scope is
+    /// an alternative, and bindings may go round (`d = d`, `a = b; b = a`): the alternatives of
+    /// each name and scope are read once per question (`expanded` holds the answer, or `None`
+    /// while they are being read: met again then, the name adds nothing), and the search stops at
+    /// a depth.
+    fn device_of_depth(
+        &self,
+        file: usize,
+        fn_idx: Option<usize>,
+        expr: &Expr,
+        offset: usize,
+        depth: usize,
+        expanded: &mut Vec<(String, Option<usize>, Option<Device>)>,
+    ) -> Device {
+        if depth > 8 {
+            return Device::Unknown;
+        }
         match expr {
             Expr::StringLiteral(s) => {
                 let text = s.value.to_str();
@@ -1867,7 +1896,9 @@ impl<'a> PyContext<'a> {
                 let path = facts::dotted(&call.func).unwrap_or_default();
                 if path == "torch.device" {
                     return match call.arguments.args.first() {
-                        Some(first) => self.device_of(file, fn_idx, first, offset),
+                        Some(first) => {
+                            self.device_of_depth(file, fn_idx, first, offset, depth + 1, expanded)
+                        }
                         None => Device::Unknown,
                     };
                 }
@@ -1878,8 +1909,8 @@ impl<'a> PyContext<'a> {
             }
             // `"cuda" if cond else "cpu"`: an accelerator when either branch is one.
             Expr::If(e) => {
-                let a = self.device_of(file, fn_idx, &e.body, offset);
-                let b = self.device_of(file, fn_idx, &e.orelse, offset);
+                let a = self.device_of_depth(file, fn_idx, &e.body, offset, depth + 1, expanded);
+                let b = self.device_of_depth(file, fn_idx, &e.orelse, offset, depth + 1, expanded);
                 match (a, b) {
                     (Device::Accelerator, _) | (_, Device::Accelerator) => Device::Accelerator,
                     (Device::Cpu, Device::Cpu) => Device::Cpu,
@@ -1891,21 +1922,18 @@ impl<'a> PyContext<'a> {
                 if let Some(assign) = self.binding(file, fn_idx, expr, offset)
                     && !assign.loop_target
                 {
-                    // Every binding of the name in that scope is an alternative (`if cuda:
-                    // device = ..accelerator() else: device = torch.device("cpu")`): the value
-                    // is on an accelerator when any alternative is.
-                    // It is on the CPU only when every alternative is.
-                    let mut all_cpu = true;
-                    for alt in self.alternatives(file, assign, expr) {
-                        match self.device_of(file, alt.fn_idx, alt.value, alt.at) {
-                            Device::Accelerator => return Device::Accelerator,
-                            Device::Cpu => {}
-                            _ => all_cpu = false,
-                        }
+                    let key = facts::dotted(expr).unwrap_or_default();
+                    if let Some(&(_, _, known)) = expanded
+                        .iter()
+                        .find(|(k, scope, _)| *k == key && *scope == assign.fn_idx)
+                    {
+                        return known.unwrap_or(Device::Unknown);
                     }
-                    if all_cpu {
-                        return Device::Cpu;
-                    }
+                    let at = expanded.len();
+                    expanded.push((key, assign.fn_idx, None));
+                    let device = self.device_of_alternatives(file, assign, expr, depth, expanded);
+                    expanded[at].2 = Some(device);
+                    return device;
                 }
                 if names::is_device_name(last) {
                     Device::Accelerator
@@ -1915,6 +1943,37 @@ impl<'a> PyContext<'a> {
             }
             Expr::NumberLiteral(_) => Device::Accelerator,
             _ => Device::Unknown,
+        }
+    }
+
+    /// The device of a name bound by `assign`. Every binding of the name in that scope is an
+    /// alternative (`if cuda: device = ..accelerator() else: device = torch.device("cpu")`): the
+    /// value is on an accelerator when any alternative is, on the CPU only when every one is;
+    /// else the name says what it can (`device`, `rank`).
+    fn device_of_alternatives(
+        &self,
+        file: usize,
+        assign: &'a PyAssign<'a>,
+        expr: &Expr,
+        depth: usize,
+        expanded: &mut Vec<(String, Option<usize>, Option<Device>)>,
+    ) -> Device {
+        let mut all_cpu = true;
+        for alt in self.alternatives(file, assign, expr) {
+            match self.device_of_depth(file, alt.fn_idx, alt.value, alt.at, depth + 1, expanded) {
+                Device::Accelerator => return Device::Accelerator,
+                Device::Cpu => {}
+                _ => all_cpu = false,
+            }
+        }
+        if all_cpu {
+            return Device::Cpu;
+        }
+        let last = facts::last_segment(expr).unwrap_or("");
+        if names::is_device_name(last) {
+            Device::Accelerator
+        } else {
+            Device::Unknown
         }
     }
 }
