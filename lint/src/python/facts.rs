@@ -191,6 +191,9 @@ pub struct PyFacts<'a> {
     /// Names that import statements bind, anywhere in the module (`utils` of `import utils`,
     /// `from pkg import utils` and `import pkg.utils as utils`; `pkg` of `import pkg.utils`).
     pub imports: Vec<&'a str>,
+    /// For `from M import name [as bound]`: (bound, the last name of M), in order (`from
+    /// .utils_simmim import get_grad_norm` gives `("get_grad_norm", "utils_simmim")`).
+    pub from_imports: Vec<(&'a str, &'a str)>,
     /// Where statements and expressions first nest deeper than [`MAX_NESTING`] (a byte offset):
     /// the walk stops descending there, and the file is reported instead of linted.
     pub too_deep: Option<usize>,
@@ -339,7 +342,9 @@ impl<'a> Collector<'a> {
     fn visit_branch(&mut self, test: Option<&'a Expr>, body: &'a [Stmt]) {
         let (saved, saved_leaves, saved_branch) = (self.guard, self.leaves, self.branch);
         let saved_bounded = self.bounded;
-        if test.is_some_and(|t| is_modulo_guard(t, &self.modulo_helpers)) {
+        if test
+            .is_some_and(|t| is_modulo_guard(t, &self.modulo_helpers) || self.periodic_or_rare(t))
+        {
             self.guard = Some(self.loops.len());
         }
         if let Some(pos) = test.and_then(|t| self.bounded_test(t)) {
@@ -388,6 +393,49 @@ impl<'a> Collector<'a> {
                 .filter_map(|v| self.bounded_test(v))
                 .min(),
             _ => None,
+        }
+    }
+
+    /// `step % N == 0 or last_batch`, `iter_num % 100 == 0 or iter_num == 0`: a `% N` guard
+    /// joined with `or` to tests that pass once or on the first iterations (a loop counter
+    /// compared for equality or bounded, a name of the last or final iteration) still runs every
+    /// N steps or so.
+    fn periodic_or_rare(&self, test: &Expr) -> bool {
+        let Expr::BoolOp(bool_op) = test else {
+            return false;
+        };
+        if bool_op.op != ruff_python_ast::BoolOp::Or {
+            return false;
+        }
+        let mut periodic = false;
+        for value in &bool_op.values {
+            if is_modulo_guard(value, &self.modulo_helpers) {
+                periodic = true;
+            } else if !self.rare_test(value) {
+                return false;
+            }
+        }
+        periodic
+    }
+
+    /// A test that passes on one iteration or the first few: `counter == x`, a bounded test of a
+    /// counter (see [`Collector::bounded_test`]), or a flag named for the last or final
+    /// iteration (`last_batch`, `self.is_last_step`).
+    fn rare_test(&self, test: &Expr) -> bool {
+        if self.bounded_test(test).is_some() {
+            return true;
+        }
+        match test {
+            Expr::Compare(cmp) if cmp.ops.len() == 1 && cmp.ops[0] == CmpOp::Eq => {
+                [&*cmp.left, &cmp.comparators[0]].iter().any(|side| {
+                    matches!(side, Expr::Name(name) if self.counter_position(name.id.as_str()).is_some())
+                })
+            }
+            Expr::Name(_) | Expr::Attribute(_) => last_segment(test).is_some_and(|name| {
+                let name = name.to_ascii_lowercase();
+                name.contains("last") || name.contains("final")
+            }),
+            _ => false,
         }
     }
 
@@ -797,10 +845,17 @@ impl<'a> Collector<'a> {
                 }
             }
             Stmt::ImportFrom(import) => {
+                let module = import
+                    .module
+                    .as_ref()
+                    .and_then(|m| m.as_str().rsplit('.').next());
                 for alias in &import.names {
                     let bound = alias.asname.as_ref().unwrap_or(&alias.name).as_str();
                     if bound != "*" {
                         self.facts.imports.push(bound);
+                        if let Some(module) = module {
+                            self.facts.from_imports.push((bound, module));
+                        }
                     }
                 }
             }

@@ -780,7 +780,7 @@ impl<'a> PyContext<'a> {
             }
             // A plain call (a module-level function, or a class: its `__init__` is not a step), or
             // `module.foo(..)`.
-            return capped(found.functions.iter().copied());
+            return self.module_functions(file, call, &found.functions);
         }
         let caller_class = call
             .fn_idx
@@ -801,6 +801,53 @@ impl<'a> PyContext<'a> {
         capped(found.methods.iter().copied().filter(|&(f, i)| {
             caller_class.is_none() || class_of(f, i) == caller_class || f != file
         }))
+    }
+
+    /// Of the package's module-level functions of a call's name, those the call runs when the
+    /// code says which module's: the caller's own `def` for a plain call, else the module it
+    /// imported the name from (`from utils_simmim import get_grad_norm`), or the module named
+    /// by `utils.foo(..)`. Otherwise, or when that module is not one of the package's files,
+    /// every one of them.
+    fn module_functions(
+        &self,
+        file: usize,
+        call: &PyCall<'a>,
+        functions: &[(usize, usize)],
+    ) -> Targets {
+        let module = match (call.func_name, call.receiver) {
+            (Some(_), _) if functions.iter().any(|&(f, _)| f == file) => {
+                return capped(functions.iter().copied().filter(|&(f, _)| f == file));
+            }
+            (Some(name), _) => self.units[file]
+                .facts
+                .from_imports
+                .iter()
+                .rev()
+                .find(|(bound, _)| *bound == name)
+                .map(|&(_, module)| module),
+            (None, Some(Expr::Name(recv))) => Some(recv.id.as_str()),
+            _ => None,
+        };
+        // A module is a file (`utils_simmim.py`) or a package directory (`utils/__init__.py`).
+        let is_module = |f: usize, module: &str| {
+            let path = &self.units[f].file.path;
+            match path.file_stem().and_then(|s| s.to_str()) {
+                Some("__init__") => path
+                    .parent()
+                    .and_then(|d| d.file_name())
+                    .is_some_and(|d| d == module),
+                stem => stem == Some(module),
+            }
+        };
+        match module {
+            Some(module) if functions.iter().any(|&(f, _)| is_module(f, module)) => capped(
+                functions
+                    .iter()
+                    .copied()
+                    .filter(|&(f, _)| is_module(f, module)),
+            ),
+            _ => capped(functions.iter().copied()),
+        }
     }
 
     // The fixpoints index several per-function tables with the same (file, function) pair.
