@@ -889,8 +889,11 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         } else {
             ".to(..)".to_string()
         };
-        // Same expression: `torch.rand(2, 2).cuda()`, `(torch.rand(2) * 2).to(dev)`.
-        if let Some(ctor) = python_cpu_constructor_in(recv) {
+        // Same expression: `torch.rand(2, 2).cuda()`, `(torch.rand(2) * 2).to(dev)`,
+        // `torch.zeros(n).long().cuda()`.
+        if let Some(ctor) =
+            python_cpu_constructor_in(recv).or_else(|| python_cast_of_cpu_constructor(recv))
+        {
             let Some(target) = target() else { continue };
             if !seen.insert((file, ctor.start())) {
                 continue;
@@ -979,7 +982,25 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
 fn python_copy_target(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
     let args = &call.call.arguments;
     match call.method? {
-        "cuda" if args.is_empty() => Some("\"cuda\"".to_string()),
+        // `.cuda()`, `.cuda(non_blocking=True)`, `.cuda(0)`, `.cuda(device=rank)`.
+        "cuda" => {
+            if args.keywords.iter().any(|k| {
+                k.arg
+                    .as_ref()
+                    .is_none_or(|a| !matches!(a.as_str(), "non_blocking" | "device"))
+            }) || args.args.len() > 1
+            {
+                return None;
+            }
+            match args
+                .args
+                .first()
+                .or_else(|| facts::keyword(call.call, "device"))
+            {
+                None => Some("\"cuda\"".to_string()),
+                Some(device) => Some(cx.file(file).text(device.range()).to_string()),
+            }
+        }
         "to" => {
             let device = args
                 .args
@@ -1023,6 +1044,25 @@ fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
         }
         _ => None,
     }
+}
+
+/// `torch.zeros(n).long()`: a dtype cast (no arguments) of a CPU constructor, which keeps the
+/// tensor on the CPU.
+fn python_cast_of_cpu_constructor(expr: &PyExpr) -> Option<&PyExprCall> {
+    let PyExpr::Call(cast) = expr else {
+        return None;
+    };
+    let PyExpr::Attribute(attr) = &*cast.func else {
+        return None;
+    };
+    let is_cast = matches!(
+        attr.attr.as_str(),
+        "long" | "int" | "float" | "double" | "half" | "bfloat16" | "bool" | "byte" | "short"
+    ) && cast.arguments.is_empty();
+    if !is_cast {
+        return None;
+    }
+    python_cpu_constructor_in(&attr.value).or_else(|| python_cast_of_cpu_constructor(&attr.value))
 }
 
 /// `torch.tensor` / `torch.as_tensor`: constructors from data rather than fills.
