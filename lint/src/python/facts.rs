@@ -176,6 +176,21 @@ pub struct PyAccumulate<'a> {
     pub in_test: bool,
 }
 
+/// A test whose truth a statement reads (`if loss > 10:`, `while not done:`, `assert ok`):
+/// Python calls `bool()` on its value, which for a tensor reads it back.
+#[derive(Debug)]
+pub struct PyTest<'a> {
+    pub test: &'a Expr,
+    /// `if` (also `elif`), `while` or `assert`.
+    pub statement: &'static str,
+    pub fn_idx: Option<usize>,
+    pub loops: Rc<[usize]>,
+    pub guard: Option<usize>,
+    /// See [`PyCall::bounded`].
+    pub bounded: Option<usize>,
+    pub in_test: bool,
+}
+
 /// The facts of one module.
 #[derive(Debug, Default)]
 pub struct PyFacts<'a> {
@@ -186,6 +201,8 @@ pub struct PyFacts<'a> {
     /// Assignment indices by name, built on first use (see [`PyFacts::assigns_by_name`]).
     assigns_index: std::sync::OnceLock<AssignIndex<'a>>,
     pub accumulates: Vec<PyAccumulate<'a>>,
+    /// The tests of `if`, `elif`, `while` and `assert` statements (not literals).
+    pub tests: Vec<PyTest<'a>>,
     /// Subscript assignments `x[..] = value` (`os.environ["CUDA_VISIBLE_DEVICES"] = ..`).
     pub subscript_assigns: Vec<(&'a Expr, &'a Expr, TextRange, Option<usize>)>,
     /// Names that import statements bind, anywhere in the module (`utils` of `import utils`,
@@ -437,6 +454,23 @@ impl<'a> Collector<'a> {
             }),
             _ => false,
         }
+    }
+
+    /// Records the test of an `if`, `elif`, `while` or `assert` (a literal's truth reads nothing).
+    fn record_test(&mut self, test: &'a Expr, statement: &'static str) {
+        if is_leaf(test) && !matches!(test, Expr::Name(_)) {
+            return;
+        }
+        let loops = self.loop_stack();
+        self.facts.tests.push(PyTest {
+            test,
+            statement,
+            fn_idx: self.fn_idx(),
+            loops,
+            guard: self.guard,
+            bounded: self.bounded,
+            in_test: self.in_test(),
+        });
     }
 
     /// The loop position of a counter (the innermost binding of the name).
@@ -729,6 +763,7 @@ impl<'a> Collector<'a> {
                     .to_usize();
                 self.enter_loop(w.range, None, body_start);
                 self.visit_expr(&w.test);
+                self.record_test(&w.test, "while");
                 for s in &w.body {
                     self.visit_stmt(s);
                 }
@@ -740,10 +775,12 @@ impl<'a> Collector<'a> {
             }
             Stmt::If(i) => {
                 self.visit_expr(&i.test);
+                self.record_test(&i.test, "if");
                 self.visit_branch(Some(&i.test), &i.body);
                 for clause in &i.elif_else_clauses {
                     if let Some(test) = &clause.test {
                         self.visit_expr(test);
+                        self.record_test(test, "elif");
                     }
                     // `elif step % N == 0:` guards its own body like an `if`.
                     self.visit_branch(clause.test.as_ref(), &clause.body);
@@ -834,6 +871,10 @@ impl<'a> Collector<'a> {
                         in_test: self.in_test(),
                     });
                 }
+            }
+            Stmt::Assert(assert) => {
+                self.record_test(&assert.test, "assert");
+                visitor::walk_stmt(self, stmt);
             }
             Stmt::Import(import) => {
                 for alias in &import.names {

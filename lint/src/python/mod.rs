@@ -1189,6 +1189,19 @@ impl<'a> PyContext<'a> {
         matches!(call.method, Some("step" | "zero_grad")) && self.is_marker(file, call)
     }
 
+    /// Whether code under a branch that only the first iterations of `loops[bounded]` take (see
+    /// [`PyCall::bounded`]) runs a bounded number of times: that loop is the per-step loop.
+    pub fn bounded_in_step_loop(
+        &self,
+        file: usize,
+        loops: &[usize],
+        bounded: Option<usize>,
+    ) -> bool {
+        bounded
+            .and_then(|pos| loops.get(pos))
+            .is_some_and(|&l| self.step_loop[file][l] && !self.outer_loop[file][l])
+    }
+
     /// Whether `call`, inside `loops` (loops without a step in them), is evaluation code: under
     /// `torch.no_grad()`, in a function named like `evaluate`/`validate`/`test`, or in a loop over
     /// something named like `val_loader`/`test_data`. (Inside an epoch loop, a loop without a step
@@ -1247,10 +1260,7 @@ impl<'a> PyContext<'a> {
         // A branch only the first steps take (`if step == 0:`, `if i < 3:`) runs a bounded number
         // of times, not per step. Bounding an epoch loop's counter (`if epoch == 0:`) still
         // leaves every step of that epoch.
-        if let Some(&l) = call.bounded.and_then(|pos| call.loops.get(pos as usize))
-            && self.step_loop[file][l]
-            && !self.outer_loop[file][l]
-        {
+        if self.bounded_in_step_loop(file, &call.loops, call.bounded.map(|pos| pos as usize)) {
             return None;
         }
         if let Some(hit) = self.loop_hit(file, call) {

@@ -65,6 +65,11 @@ pub fn torch_function_kind(path: &str) -> ValueKind {
     if is_grad_norm_callee(last) {
         return ValueKind::Tensor;
     }
+    // `torch.is_floating_point(t)`, `torch.is_grad_enabled()`, `torch.equal(a, b)`: Python
+    // booleans (`torch.isnan(t)` and `torch.isfinite(t)`, without the underscore, are tensors).
+    if is_predicate_name(last) || matches!(last, "equal" | "allclose") {
+        return ValueKind::Host;
+    }
     if path.starts_with("torch.cuda.")
         || path.starts_with("torch.backends.")
         || path.starts_with("torch.distributed.")
@@ -136,7 +141,14 @@ pub fn is_model_callee(path: &str) -> bool {
             | "discriminator"
             | "policy"
             | "unet"
-    ) || last.ends_with("_model")
+    ) || (last.ends_with("_model") && !is_predicate_name(last))
+}
+
+/// `is_peft_model`, `_is_compiled_module`, `has_model`: a name that asks a question and returns
+/// a Python `bool`.
+fn is_predicate_name(name: &str) -> bool {
+    let name = name.trim_start_matches('_');
+    name.starts_with("is_") || name.starts_with("has_")
 }
 
 /// Names that hold a loss (when nothing else tells what they are bound to).

@@ -45,7 +45,9 @@ crate::declare_rule! {
     /// Python (PyTorch, Lightning): flags `.item()`, `.cpu()`, `.numpy()`, `.tolist()`,
     /// `float(t)`/`int(t)`/`bool(t)`, `print(t)` of a tensor, a tensor formatted into text
     /// (`f"{loss:.4f}"`, `"%.4f" % loss`, `"{}".format(loss)`: formatting calls the tensor's
-    /// `__format__`, which reads it back), a tensor handed to TensorBoard's `add_scalar` or to
+    /// `__format__`, which reads it back), a tensor tested for truth (`if torch.isnan(loss):`,
+    /// `if loss > 100:`, `assert torch.isfinite(loss)`), a tensor handed to TensorBoard's
+    /// `add_scalar` or to
     /// `wandb.log` (they convert it on the host) and `t.to("cpu")` inside a step loop (a
     /// Lightning `training_step` is one; its `self.log(..)` keeps values on the device).
     ///
@@ -256,6 +258,93 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     }
     check_python_formatting(cx, out);
     check_python_loggers(cx, out);
+    check_python_truth_tests(cx, out);
+}
+
+/// A tensor tested for truth inside a step loop (`if torch.isnan(loss):`, `if loss > 10:`,
+/// `while not converged.all():`, `assert torch.isfinite(loss)`): Python calls `bool()` on it,
+/// which reads the tensor back, as `bool(t)` does.
+fn check_python_truth_tests(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
+    for (file, unit) in cx.units.iter().enumerate() {
+        for test in &unit.facts.tests {
+            let Some(hit) =
+                cx.step_hit_at(file, test.fn_idx, &test.loops, test.guard, test.in_test)
+            else {
+                continue;
+            };
+            if cx.bounded_in_step_loop(file, &test.loops, test.bounded) {
+                continue;
+            }
+            let at = test.test.start().to_usize();
+            let Some(tensor) = tensor_truth(cx, file, test.fn_idx, at, test.test) else {
+                continue;
+            };
+            if cx.cpu_only_program() {
+                return;
+            }
+            out.push(
+                cx.finding(
+                    file,
+                    tensor.range(),
+                    format!(
+                        "`{}` tests a tensor's truth, which reads it back to the host inside the \
+                         step loop",
+                        test.statement
+                    ),
+                    "test it on the device and read the result back every N steps (or after the \
+                     loop); `torch.nan_to_num`, `torch.where` or a flag tensor keep the step \
+                     asynchronous",
+                )
+                .in_py_step_loop(cx, &hit),
+            );
+        }
+    }
+}
+
+/// The tensor whose truth a test reads, if any: the test itself when it is one, an operand of a
+/// comparison with one (`loss > 10` is a tensor), under `not` and in `and`/`or` (each operand's
+/// truth is read). By binding, as for formatting (see `check_python_formatting`).
+fn tensor_truth<'e>(
+    cx: &PyContext<'_>,
+    file: usize,
+    fn_idx: Option<usize>,
+    at: usize,
+    test: &'e PyExpr,
+) -> Option<&'e PyExpr> {
+    let is_tensor = |expr: &PyExpr| {
+        matches!(
+            cx.value_kind_bound(file, fn_idx, expr, at),
+            ValueKind::Tensor | ValueKind::Graph
+        )
+    };
+    match test {
+        PyExpr::UnaryOp(unary) if unary.op == ruff_python_ast::UnaryOp::Not => {
+            tensor_truth(cx, file, fn_idx, at, &unary.operand)
+        }
+        PyExpr::BoolOp(bool_op) => bool_op
+            .values
+            .iter()
+            .find_map(|value| tensor_truth(cx, file, fn_idx, at, value)),
+        // `x is None`, `k in d`: identity and membership give Python booleans.
+        PyExpr::Compare(cmp)
+            if cmp.ops.iter().all(|op| {
+                !matches!(
+                    op,
+                    ruff_python_ast::CmpOp::Is
+                        | ruff_python_ast::CmpOp::IsNot
+                        | ruff_python_ast::CmpOp::In
+                        | ruff_python_ast::CmpOp::NotIn
+                )
+            }) =>
+        {
+            std::iter::once(&*cmp.left)
+                .chain(cmp.comparators.iter())
+                .any(is_tensor)
+                .then_some(test)
+        }
+        PyExpr::Compare(_) => None,
+        other => is_tensor(other).then_some(other),
+    }
 }
 
 /// A tensor handed to a logger that reads it back to the host: TensorBoard's
