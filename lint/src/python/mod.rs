@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 
-use ruff_python_ast::{Expr, ModModule};
+use ruff_python_ast::{CmpOp, Expr, ModModule};
 use ruff_python_parser::{ParseOptions, Parsed};
 use ruff_text_size::{Ranged, TextRange};
 
@@ -1787,7 +1787,23 @@ impl<'a> PyContext<'a> {
                 {
                     ValueKind::Graph
                 }
-                "grad" | "data" => ValueKind::Tensor,
+                // `p.grad`, `t.data` of a tensor (by name: of anything not known to be other).
+                "grad" | "data"
+                    if by_name
+                        || matches!(
+                            self.value_kind_depth(
+                                file,
+                                fn_idx,
+                                &attr.value,
+                                offset,
+                                depth + 1,
+                                by_name
+                            ),
+                            ValueKind::Tensor | ValueKind::Graph
+                        ) =>
+                {
+                    ValueKind::Tensor
+                }
                 "shape" => ValueKind::Host,
                 _ => {
                     if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
@@ -1839,6 +1855,28 @@ impl<'a> PyContext<'a> {
                     (ValueKind::Tensor, _) | (_, ValueKind::Tensor) => ValueKind::Tensor,
                     _ => ValueKind::Unknown,
                 }
+            }
+            // `output.argmax(-1) == y`: comparing a tensor gives a tensor of booleans (no graph).
+            Expr::Compare(cmp)
+                if cmp.ops.iter().all(|op| {
+                    !matches!(op, CmpOp::Is | CmpOp::IsNot | CmpOp::In | CmpOp::NotIn)
+                }) && std::iter::once(&*cmp.left)
+                    .chain(cmp.comparators.iter())
+                    .any(|operand| {
+                        matches!(
+                            self.value_kind_depth(
+                                file,
+                                fn_idx,
+                                operand,
+                                offset,
+                                depth + 1,
+                                by_name
+                            ),
+                            ValueKind::Tensor | ValueKind::Graph
+                        )
+                    }) =>
+            {
+                ValueKind::Tensor
             }
             Expr::Subscript(sub) => {
                 match self.value_kind_depth(file, fn_idx, &sub.value, offset, depth + 1, by_name) {
