@@ -1744,7 +1744,7 @@ impl<'a> PyContext<'a> {
                         depth + 1,
                         by_name,
                     );
-                    if matches!(recv, ValueKind::Tensor | ValueKind::Graph) {
+                    if recv.is_tensor() {
                         return recv;
                     }
                     if names::is_loss_callee(method) || names::is_model_callee(&path) {
@@ -1769,56 +1769,35 @@ impl<'a> PyContext<'a> {
                 }
                 ValueKind::Unknown
             }
-            Expr::Attribute(attr) => match attr.attr.as_str() {
-                // `outputs.loss` of a model's outputs.
-                "loss" | "logits"
-                    if by_name
-                        || matches!(
-                            self.value_kind_depth(
+            Expr::Attribute(attr) => {
+                // By name, `x.loss` and `x.grad` are tensors; by binding, only of a tensor.
+                let of_tensor = || {
+                    by_name
+                        || self
+                            .value_kind_depth(file, fn_idx, &attr.value, offset, depth + 1, by_name)
+                            .is_tensor()
+                };
+                match attr.attr.as_str() {
+                    // `outputs.loss` of a model's outputs.
+                    "loss" | "logits" if of_tensor() => ValueKind::Graph,
+                    // `p.grad`, `t.data` of a tensor.
+                    "grad" | "data" if of_tensor() => ValueKind::Tensor,
+                    "shape" => ValueKind::Host,
+                    _ => {
+                        if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
+                            return self.value_kind_depth(
                                 file,
-                                fn_idx,
-                                &attr.value,
-                                offset,
+                                assign.fn_idx,
+                                assign.value,
+                                assign.at,
                                 depth + 1,
-                                by_name
-                            ),
-                            ValueKind::Tensor | ValueKind::Graph
-                        ) =>
-                {
-                    ValueKind::Graph
-                }
-                // `p.grad`, `t.data` of a tensor (by name: of anything not known to be other).
-                "grad" | "data"
-                    if by_name
-                        || matches!(
-                            self.value_kind_depth(
-                                file,
-                                fn_idx,
-                                &attr.value,
-                                offset,
-                                depth + 1,
-                                by_name
-                            ),
-                            ValueKind::Tensor | ValueKind::Graph
-                        ) =>
-                {
-                    ValueKind::Tensor
-                }
-                "shape" => ValueKind::Host,
-                _ => {
-                    if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
-                        return self.value_kind_depth(
-                            file,
-                            assign.fn_idx,
-                            assign.value,
-                            assign.at,
-                            depth + 1,
-                            by_name,
-                        );
+                                by_name,
+                            );
+                        }
+                        ValueKind::Unknown
                     }
-                    ValueKind::Unknown
                 }
-            },
+            }
             Expr::Name(name) => {
                 if let Some(assign) = self.binding(file, fn_idx, expr, offset) {
                     if std::ptr::eq(assign.value, expr) {
@@ -1863,17 +1842,8 @@ impl<'a> PyContext<'a> {
                 }) && std::iter::once(&*cmp.left)
                     .chain(cmp.comparators.iter())
                     .any(|operand| {
-                        matches!(
-                            self.value_kind_depth(
-                                file,
-                                fn_idx,
-                                operand,
-                                offset,
-                                depth + 1,
-                                by_name
-                            ),
-                            ValueKind::Tensor | ValueKind::Graph
-                        )
+                        self.value_kind_depth(file, fn_idx, operand, offset, depth + 1, by_name)
+                            .is_tensor()
                     }) =>
             {
                 ValueKind::Tensor
@@ -2092,6 +2062,13 @@ pub enum ValueKind {
     /// A Python number, string or other host value.
     Host,
     Unknown,
+}
+
+impl ValueKind {
+    /// A tensor, with or without its autograd graph.
+    pub fn is_tensor(self) -> bool {
+        matches!(self, ValueKind::Tensor | ValueKind::Graph)
+    }
 }
 
 /// Where a device expression points.

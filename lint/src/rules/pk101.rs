@@ -311,12 +311,7 @@ fn tensor_truth<'e>(
     at: usize,
     test: &'e PyExpr,
 ) -> Option<&'e PyExpr> {
-    let is_tensor = |expr: &PyExpr| {
-        matches!(
-            cx.value_kind_bound(file, fn_idx, expr, at),
-            ValueKind::Tensor | ValueKind::Graph
-        )
-    };
+    let is_tensor = |expr: &PyExpr| cx.value_kind_bound(file, fn_idx, expr, at).is_tensor();
     match test {
         PyExpr::UnaryOp(unary) if unary.op == ruff_python_ast::UnaryOp::Not => {
             tensor_truth(cx, file, fn_idx, at, &unary.operand)
@@ -374,10 +369,8 @@ fn check_python_loggers(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         };
         // By binding, as for formatting: loggers are handed many numbers named like losses.
         let Some(tensor) = values.into_iter().find(|value| {
-            matches!(
-                cx.value_kind_bound(file, call.fn_idx, value, call.start),
-                ValueKind::Tensor | ValueKind::Graph
-            )
+            cx.value_kind_bound(file, call.fn_idx, value, call.start)
+                .is_tensor()
         }) else {
             continue;
         };
@@ -403,10 +396,9 @@ fn check_python_loggers(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
 fn prints_tensor(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
     call.call.arguments.args.iter().any(|arg| {
         !facts::is_formatting(arg)
-            && matches!(
-                cx.value_kind(file, call.fn_idx, arg, call.start),
-                ValueKind::Tensor | ValueKind::Graph
-            )
+            && cx
+                .value_kind(file, call.fn_idx, arg, call.start)
+                .is_tensor()
     })
 }
 
@@ -421,7 +413,7 @@ fn check_python_formatting(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         // What a value is bound to, not what it is called: a number named `batch_loss` is
         // formatted in many a log line.
         let bound = |expr| cx.value_kind_bound(file, call.fn_idx, expr, call.start);
-        let is_tensor = |expr| matches!(bound(expr), ValueKind::Tensor | ValueKind::Graph);
+        let is_tensor = |expr| bound(expr).is_tensor();
         let args = &call.call.arguments;
         let passed = args
             .args
@@ -485,7 +477,7 @@ fn accumulated(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>, recv: &PyExpr
 fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
     let args = &call.call.arguments;
     let kind = |expr| cx.value_kind(file, call.fn_idx, expr, call.start);
-    let is_tensor = |expr| matches!(kind(expr), ValueKind::Tensor | ValueKind::Graph);
+    let is_tensor = |expr| kind(expr).is_tensor();
     if let (Some(method), Some(recv)) = (call.method, call.receiver) {
         // The method name first: it is in the facts, the receiver is in the syntax tree.
         if !matches!(method, "item" | "cpu" | "numpy" | "tolist" | "to") {
