@@ -769,14 +769,24 @@ impl<'a> PyContext<'a> {
             return Targets::default();
         };
         if !is_self {
-            // `x.foo(..)` runs a module-level function only when `x` is an imported module
-            // (`utils.foo(..)`): `model.train()` is a method of the model, not the script's
-            // `def train(..)`.
-            if let (None, Some(Expr::Name(recv))) = (call.func_name, call.receiver)
-                && !found.functions.is_empty()
-                && !self.units[file].facts.imports.contains(&recv.id.as_str())
-            {
-                return Targets::default();
+            if let (None, Some(receiver @ Expr::Name(recv))) = (call.func_name, call.receiver) {
+                // `metric_logger.update(..)` where `metric_logger = utils.MetricLogger(..)`, a
+                // class of the package: that class's method.
+                if !found.methods.is_empty()
+                    && let Some(class) = self.bound_package_class(file, call, receiver)
+                {
+                    return capped(found.methods.iter().copied().filter(|&(f, i)| {
+                        self.units[f].facts.fns[i].class == Some(class.as_str())
+                    }));
+                }
+                // `x.foo(..)` runs a module-level function only when `x` is an imported module
+                // (`utils.foo(..)`): `model.train()` is a method of the model, not the script's
+                // `def train(..)`.
+                if !found.functions.is_empty()
+                    && !self.units[file].facts.imports.contains(&recv.id.as_str())
+                {
+                    return Targets::default();
+                }
             }
             // A plain call (a module-level function, or a class: its `__init__` is not a step), or
             // `module.foo(..)`.
@@ -801,6 +811,25 @@ impl<'a> PyContext<'a> {
         capped(found.methods.iter().copied().filter(|&(f, i)| {
             caller_class.is_none() || class_of(f, i) == caller_class || f != file
         }))
+    }
+
+    /// The class of the package a name was bound to an instance of (`logger = MetricLogger(..)`,
+    /// `utils.MetricLogger(..)`), named as its `class` statement names it.
+    fn bound_package_class(
+        &self,
+        file: usize,
+        call: &PyCall<'a>,
+        receiver: &Expr,
+    ) -> Option<String> {
+        let callee = self.bound_call(file, call.fn_idx, receiver, call.start)?;
+        let class = callee.rsplit('.').next().unwrap_or(&callee);
+        // Classes are named in CamelCase: a lowercase callee is a function, whose result says
+        // nothing of its type here.
+        if !class.starts_with(|c: char| c.is_ascii_uppercase()) {
+            return None;
+        }
+        self.package_class_bases(class)?;
+        Some(class.to_string())
     }
 
     /// Of the package's module-level functions of a call's name, those the call runs when the
@@ -1273,6 +1302,12 @@ impl<'a> PyContext<'a> {
         let fi = call.fn_idx?;
         let mut hit = self.fn_hit[file][fi].clone()?;
         hit.guarded |= call.guard.is_some();
+        // Code reached from an epoch loop through an evaluation function (`validate(..)` after
+        // the epoch's training, and what it calls) evaluates: it is not training, once per
+        // epoch or otherwise.
+        if hit.outer && hit.via.iter().any(|name| names::is_evaluation_name(name)) {
+            return None;
+        }
         // A loop of a function called once per epoch (`test(model, test_loader)` in the epoch
         // loop) is an evaluation loop, not a step loop.
         if (hit.outer || hit.optimizer_loop)
