@@ -483,19 +483,25 @@ impl<'a> Collector<'a> {
     }
 
     /// The loop position of the counter an expression is computed from, when it is arithmetic on
-    /// it (`i + nb * epoch`, `epoch * len(loader) + i`).
+    /// it (`i + nb * epoch`, `epoch * len(loader) + i`). Runs before the nesting of the value is
+    /// known to be within [`MAX_NESTING`]: it looks a few operations deep only.
     fn computed_from_counter(&self, expr: &Expr) -> Option<usize> {
+        self.computed_from_counter_within(expr, 8)
+    }
+
+    fn computed_from_counter_within(&self, expr: &Expr, depth: usize) -> Option<usize> {
         match expr {
             Expr::Name(name) => self.counter_position(name.id.as_str()),
             Expr::BinOp(bin)
-                if matches!(
-                    bin.op,
-                    Operator::Add | Operator::Sub | Operator::Mult | Operator::FloorDiv
-                ) =>
+                if depth > 0
+                    && matches!(
+                        bin.op,
+                        Operator::Add | Operator::Sub | Operator::Mult | Operator::FloorDiv
+                    ) =>
             {
                 match (
-                    self.computed_from_counter(&bin.left),
-                    self.computed_from_counter(&bin.right),
+                    self.computed_from_counter_within(&bin.left, depth - 1),
+                    self.computed_from_counter_within(&bin.right, depth - 1),
                 ) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (one, other) => one.or(other),
