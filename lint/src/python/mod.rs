@@ -1120,11 +1120,13 @@ impl<'a> PyContext<'a> {
         })
     }
 
-    /// Whether loop `l` of `file` steps the optimizer itself (`optimizer.step()`,
-    /// `optimizer.zero_grad()`, `scaler.step(..)` directly in its body, not in an inner loop)
-    /// around inner step loops that only run `backward()`, and calls no function that holds a
-    /// step loop: the accumulation pattern `for step ..: for micro in ..: loss.backward()` then
-    /// `optimizer.step()`. Its body outside the inner loops runs once per optimizer step.
+    /// Whether loop `l` of `file` steps the optimizer (`optimizer.step()`,
+    /// `optimizer.zero_grad()`, `scaler.step(..)`, or a call of a function that does, in its body
+    /// and not in an inner loop) around step loops that only run `backward()`: inner loops of its
+    /// own, or those of the functions it calls, none of whose step loops steps the optimizer. The
+    /// accumulation pattern `for step ..: for micro in ..: loss.backward()` then
+    /// `optimizer.step()`, or `run_step()` calling `forward_backward()` then `optimize()`. Its
+    /// body outside the inner loops runs once per optimizer step.
     fn steps_optimizer_around_accumulation(
         &self,
         file: usize,
@@ -1870,7 +1872,8 @@ impl<'a> PyContext<'a> {
                     _ => ValueKind::Unknown,
                 }
             }
-            // `output.argmax(-1) == y`: comparing a tensor gives a tensor of booleans (no graph).
+            // `output.argmax(-1) == y`: comparing a tensor gives a tensor of booleans (no graph);
+            // identity and membership (`x is None`, `k in d`) give Python booleans.
             Expr::Compare(cmp)
                 if cmp.ops.iter().all(|op| {
                     !matches!(op, CmpOp::Is | CmpOp::IsNot | CmpOp::In | CmpOp::NotIn)

@@ -301,9 +301,10 @@ fn check_python_truth_tests(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     }
 }
 
-/// The tensor whose truth a test reads, if any: the test itself when it is one, an operand of a
-/// comparison with one (`loss > 10` is a tensor), under `not` and in `and`/`or` (each operand's
-/// truth is read). By binding, as for formatting (see `check_python_formatting`).
+/// The tensor whose truth a test reads, if any: the test itself when it is one (a comparison
+/// with a tensor, `loss > 10`, is one: see [`PyContext::value_kind`]), under `not` and in
+/// `and`/`or` (each operand's truth is read). By binding, as for formatting (see
+/// `check_python_formatting`).
 fn tensor_truth<'e>(
     cx: &PyContext<'_>,
     file: usize,
@@ -320,24 +321,6 @@ fn tensor_truth<'e>(
             .values
             .iter()
             .find_map(|value| tensor_truth(cx, file, fn_idx, at, value)),
-        // `x is None`, `k in d`: identity and membership give Python booleans.
-        PyExpr::Compare(cmp)
-            if cmp.ops.iter().all(|op| {
-                !matches!(
-                    op,
-                    ruff_python_ast::CmpOp::Is
-                        | ruff_python_ast::CmpOp::IsNot
-                        | ruff_python_ast::CmpOp::In
-                        | ruff_python_ast::CmpOp::NotIn
-                )
-            }) =>
-        {
-            std::iter::once(&*cmp.left)
-                .chain(cmp.comparators.iter())
-                .any(is_tensor)
-                .then_some(test)
-        }
-        PyExpr::Compare(_) => None,
         other => is_tensor(other).then_some(other),
     }
 }
