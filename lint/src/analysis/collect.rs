@@ -204,6 +204,15 @@ impl<'a> Scopes<'a> {
         self.version = version;
     }
 
+    fn lookup_str(&self, name: &str) -> Option<Binding<'a>> {
+        self.frames
+            .iter()
+            .rev()
+            .flat_map(|frame| frame.iter().rev())
+            .find(|b| name == b.name)
+            .copied()
+    }
+
     fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
         // Compared in place (an identifier compares with a `&str` without being formatted).
         self.frames
@@ -1410,6 +1419,101 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// Records the local values a formatting macro formats (see [`super::format`]); `args` is
+    /// the byte range of its arguments. Only in functions, and only names bound by a `let` with
+    /// an initializer: what a rule can compare with the values it knows (the losses).
+    fn record_formats(&mut self, mac: &syn::Macro, args: std::ops::Range<usize>) {
+        let Some(fn_idx) = self.current_fn() else {
+            return;
+        };
+        let Some(leading) = mac
+            .path
+            .segments
+            .last()
+            .and_then(|last| with_ident_str(&last.ident, super::format::format_macro))
+        else {
+            return;
+        };
+        let source = self.source;
+        let Some(text) = source.get(args.clone()) else {
+            return;
+        };
+        for formatted in super::format::formatted_names(text, leading) {
+            let Some(binding) = self.scopes.lookup_str(formatted.name) else {
+                continue;
+            };
+            let Some(init) = binding.init else {
+                continue;
+            };
+            let at = args.start + formatted.offset;
+            let (line, column) = self.line_column(at);
+            let width = formatted.name.chars().count();
+            self.facts.formats.push(super::FormatFact {
+                name: binding.name,
+                region: crate::diagnostic::Region {
+                    line,
+                    column,
+                    end_line: line,
+                    end_column: column + width,
+                },
+                how: formatted.how,
+                binding: std::ptr::from_ref(init) as usize,
+                dev: binding.dev,
+                fn_idx: Some(fn_idx),
+                loop_idx: self.loop_stack.last().copied(),
+                guard: self.guard_stack.last().map(|g| g.0),
+                guard_kind: self.guard_stack.last().map_or(GuardKind::Modulo, |g| g.1),
+                in_test: self.test_depth > 0,
+                on_failure: self.failure_depth > 0,
+            });
+        }
+    }
+
+    /// Records call `index` as differentiating a `let` binding (`loss.backward()`,
+    /// `opt.backward_step(&loss)`): that binding holds a loss.
+    fn record_loss(&mut self, index: usize, e: &syn::ExprMethodCall, name: &str) {
+        let value = match name {
+            "backward" if e.args.is_empty() => &*e.receiver,
+            "backward_step" | "backward_step_clip" | "backward_step_clip_norm" => {
+                match e.args.first() {
+                    Some(arg) => arg,
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        let mut value = value;
+        while let Expr::Reference(r) = value {
+            value = &r.expr;
+        }
+        if let Expr::Path(p) = value
+            && p.qself.is_none()
+            && p.path.segments.len() == 1
+            && let Some(binding) = self.lookup(&p.path.segments[0].ident)
+            && let Some(init) = binding.init
+        {
+            self.facts
+                .losses
+                .push((std::ptr::from_ref(init) as usize, index));
+        }
+    }
+
+    /// The 1-based line and column (in characters) of a byte offset of the source.
+    fn line_column(&mut self, offset: usize) -> (usize, usize) {
+        let source = self.source;
+        let starts = self.line_starts.get_or_insert_with(|| {
+            std::iter::once(0)
+                .chain(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1))
+                .collect()
+        });
+        let line = starts.partition_point(|&s| s <= offset).max(1);
+        let start = starts[line - 1];
+        let column = source
+            .get(start..offset)
+            .map_or(0, |before| before.chars().count());
+        (line, column + 1)
+    }
+
     /// The bytes of the file that `span` covers: [`Span::byte_range`], worked out from the span's
     /// lines and columns where the lines are ASCII up to there (a column counts characters, so
     /// on such a line it is a byte offset too) instead of by counting characters, which the
@@ -1799,6 +1903,7 @@ impl<'a> Visit<'a> for Collector<'a> {
     fn visit_expr_method_call(&mut self, e: &'a syn::ExprMethodCall) {
         let name = self.intern(&e.method);
         let index = self.record_call(CallRef::Method(e), name);
+        self.record_loss(index, e, name);
         self.visit_expr(&e.receiver);
         let iteration = is_iteration_method(name);
         let is_loop = iteration == IterationMethod::Always
@@ -1945,6 +2050,7 @@ impl<'a> Visit<'a> for Collector<'a> {
         // literal struct, so no fact could come of parsing them. Tokens that cannot make any of
         // those are recognised without a parse.
         let body = self.byte_range(mac.delimiter.span().join());
+        self.record_formats(mac, body.start + 1..body.end.saturating_sub(1));
         if let Some(text) = self.source.get(body.start + 1..body.end.saturating_sub(1))
             // Such arguments nest at most one level per byte: none can be too deep to follow.
             && self.depth + text.len() < MAX_NESTING

@@ -5,6 +5,7 @@
 mod collect;
 pub mod device;
 mod flow;
+pub(crate) mod format;
 pub mod frameworks;
 pub mod patterns;
 mod steps;
@@ -220,6 +221,35 @@ pub struct CallFact<'a> {
     pub dest: values::Dev<'a>,
 }
 
+/// A local value formatted by a formatting macro (`println!("{loss}")`, `format!("{:?}", t)`), with
+/// where the macro sits: formatting a tensor reads it back to the host.
+#[derive(Debug, Clone, Copy)]
+pub struct FormatFact<'a> {
+    /// The formatted name.
+    pub name: &'a str,
+    /// Where the name is written (in the arguments, or in the format string when captured).
+    pub region: Region,
+    /// `Display` or `Debug`.
+    pub how: format::Trait,
+    /// The `let` binding the name refers to there, by the address of its initializer: compared
+    /// with [`FileFacts::losses`].
+    pub binding: usize,
+    /// The device of the bound value.
+    pub dev: values::Dev<'a>,
+    /// The function containing the macro.
+    pub fn_idx: Option<usize>,
+    /// The innermost loop around it in the same function.
+    pub loop_idx: Option<usize>,
+    /// As [`CallFact::guard`].
+    pub guard: Option<Option<usize>>,
+    /// As [`CallFact::guard_kind`].
+    pub guard_kind: GuardKind,
+    /// Inside test code.
+    pub in_test: bool,
+    /// Inside code that runs only when something failed.
+    pub on_failure: bool,
+}
+
 /// A struct literal's field value: `Trainer { device: dev, .. }`.
 #[derive(Debug, Clone, Copy)]
 pub struct FieldInit<'a> {
@@ -330,6 +360,11 @@ pub struct FileFacts<'a> {
     pub test_file: bool,
     /// Set when the tree nests deeper than the analysis follows; the file is reported as an error.
     pub too_deep: Option<Span>,
+    /// Local values formatted by formatting macros, in source order.
+    pub formats: Vec<FormatFact<'a>>,
+    /// The `let` bindings differentiated (`loss.backward()`, `opt.backward_step(&loss)`), by the
+    /// address of their initializer, with the index of that call: the values that are losses.
+    pub losses: Vec<(usize, usize)>,
 }
 
 impl<'a> FileFacts<'a> {

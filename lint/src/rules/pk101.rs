@@ -1,5 +1,6 @@
 //! PK101 host-readback-in-step-loop.
 
+use crate::analysis::format::Trait;
 use crate::analysis::{CallFact, CrateContext, DeviceKind, FileId, Framework};
 #[allow(unused_imports)]
 use crate::python::prelude::*;
@@ -8,7 +9,10 @@ use crate::rules::{Finding, Rule, RuleMeta};
 crate::declare_rule! {
     /// ## What it does
     /// Flags a device-to-host readback (`to_scalar`, `to_vec1`, `into_scalar`, `into_data`,
-    /// `double_value`, `clone_dtoh`, ...) inside a training step loop.
+    /// `double_value`, `clone_dtoh`, ...) inside a training step loop, and a loss (the value the
+    /// loop differentiates) formatted into text there (`println!("{loss}")`, `format!("{:?}", loss)`):
+    /// a tensor's `Display`, and candle's and tch's `Debug` of a scalar, copy its values to the
+    /// host.
     ///
     /// ## Why is this bad?
     /// Reading a value back to the host waits for every queued kernel to finish and then copies a few
@@ -93,6 +97,9 @@ impl Rule for HostReadbackInStepLoop {
                 helper_readback(cx, file, index, call, out);
             }
         }
+        for crate_file in cx.files() {
+            formatted_losses(cx, crate_file.id, &crate_file.facts, out);
+        }
         for (file, call) in cx.calls() {
             let Some(what) = readback(cx, file, call) else {
                 continue;
@@ -170,6 +177,65 @@ fn helper_readback(
             .in_step_loop(cx, &hit),
         );
         return;
+    }
+}
+
+/// A loss (a value the function differentiates: `loss.backward()`, `opt.backward_step(&loss)`)
+/// formatted in a step loop: `println!("{loss}")`. A tensor's `Display` copies its values to the
+/// host (candle, burn and tch alike); candle's and tch's `Debug` do too for a scalar or a short
+/// vector, which a loss is (burn's derived `Debug` shows the handle, not the values).
+fn formatted_losses(
+    cx: &CrateContext<'_>,
+    file: FileId,
+    facts: &crate::analysis::FileFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    for fmt in &facts.formats {
+        let Some(&(_, call)) = facts.losses.iter().find(|(b, _)| *b == fmt.binding) else {
+            continue;
+        };
+        let debug = fmt.how == Trait::Debug;
+        if debug && !(cx.uses(file, Framework::Candle) || cx.uses(file, Framework::Tch)) {
+            continue;
+        }
+        // Where the macro is, with the loss's device: the step-loop and device questions are
+        // those of a readback call written there.
+        let at = CallFact {
+            fn_idx: fmt.fn_idx,
+            loop_idx: fmt.loop_idx,
+            guard: fmt.guard,
+            guard_kind: fmt.guard_kind,
+            in_test: fmt.in_test,
+            on_failure: fmt.on_failure,
+            in_macro: true,
+            operand: fmt.dev,
+            ..facts.calls[call]
+        };
+        let Some(hit) = cx.device_step_loop(file, &at) else {
+            continue;
+        };
+        let (spec, by) = if debug {
+            ("{:?}", "`Debug`")
+        } else {
+            ("{}", "`Display`")
+        };
+        out.push(
+            Finding::new(
+                file,
+                fmt.region,
+                format!(
+                    "formatting the loss `{}` with `{spec}` reads it back to the host inside the \
+                     step loop",
+                    fmt.name
+                ),
+                "keep the value on the device (accumulate it in a tensor) and format it after the \
+                 loop or every N steps",
+            )
+            .with_note(format!(
+                "the tensor's {by} implementation copies its values to the host"
+            ))
+            .in_step_loop(cx, &hit),
+        );
     }
 }
 
