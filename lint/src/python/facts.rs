@@ -46,6 +46,22 @@ impl<'a> PyFn<'a> {
             .collect()
     }
 
+    /// Whether one of its parameters (`*args` and `**kwargs` included) is named `name`.
+    pub fn has_param(&self, name: &str) -> bool {
+        let params = &self.def.parameters;
+        params
+            .posonlyargs
+            .iter()
+            .chain(&params.args)
+            .chain(&params.kwonlyargs)
+            .any(|p| p.parameter.name.as_str() == name)
+            || params
+                .vararg
+                .iter()
+                .chain(&params.kwarg)
+                .any(|p| p.name.as_str() == name)
+    }
+
     /// Its parameters in order: name, default, and whether it may be passed by position.
     pub fn params(&self) -> Vec<(&'a str, Option<&'a Expr>, bool)> {
         parameters(&self.def.parameters)
@@ -359,9 +375,7 @@ impl<'a> Collector<'a> {
     fn visit_branch(&mut self, test: Option<&'a Expr>, body: &'a [Stmt]) {
         let (saved, saved_leaves, saved_branch) = (self.guard, self.leaves, self.branch);
         let saved_bounded = self.bounded;
-        if test
-            .is_some_and(|t| is_modulo_guard(t, &self.modulo_helpers) || self.periodic_or_rare(t))
-        {
+        if test.is_some_and(|t| self.periodic(t)) {
             self.guard = Some(self.loops.len());
         }
         if let Some(pos) = test.and_then(|t| self.bounded_test(t)) {
@@ -413,26 +427,33 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// `step % N == 0 or last_batch`, `iter_num % 100 == 0 or iter_num == 0`: a `% N` guard
-    /// joined with `or` to tests that pass once or on the first iterations (a loop counter
-    /// compared for equality or bounded, a name of the last or final iteration) still runs every
-    /// N steps or so.
-    fn periodic_or_rare(&self, test: &Expr) -> bool {
+    /// A test that passes once every N steps or less often: a `% N` test (see
+    /// [`is_modulo_guard`]); such a test joined with `and` to anything
+    /// (`args.every > 0 and step % args.every == 0`); or joined with `or` to tests that pass once
+    /// or on the first iterations (a loop counter compared for equality or bounded, a name of the
+    /// last or final iteration): `step % N == 0 or last_batch`,
+    /// `last_step or (step > 0 and step % N == 0)`.
+    fn periodic(&self, test: &Expr) -> bool {
+        if is_modulo_guard(test, &self.modulo_helpers) {
+            return true;
+        }
         let Expr::BoolOp(bool_op) = test else {
             return false;
         };
-        if bool_op.op != ruff_python_ast::BoolOp::Or {
-            return false;
-        }
-        let mut periodic = false;
-        for value in &bool_op.values {
-            if is_modulo_guard(value, &self.modulo_helpers) {
-                periodic = true;
-            } else if !self.rare_test(value) {
-                return false;
+        match bool_op.op {
+            ruff_python_ast::BoolOp::And => bool_op.values.iter().any(|v| self.periodic(v)),
+            ruff_python_ast::BoolOp::Or => {
+                let mut periodic = false;
+                for value in &bool_op.values {
+                    if self.periodic(value) {
+                        periodic = true;
+                    } else if !self.rare_test(value) {
+                        return false;
+                    }
+                }
+                periodic
             }
         }
-        periodic
     }
 
     /// A test that passes on one iteration or the first few: `counter == x`, a bounded test of a

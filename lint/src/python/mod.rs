@@ -415,6 +415,7 @@ const INDEXED_NAMES: &[&str] = &[
     "synchronize",
     "to",
     "tolist",
+    "type_as",
     "zeros",
 ];
 
@@ -449,7 +450,8 @@ fn indexed_slot(name: &str) -> Option<usize> {
         "synchronize" => 24,
         "to" => 25,
         "tolist" => 26,
-        "zeros" => 27,
+        "type_as" => 27,
+        "zeros" => 28,
         _ => return None,
     })
 }
@@ -979,6 +981,19 @@ impl<'a> PyContext<'a> {
                 for l in 0..unit.facts.loops.len() {
                     if self.outer_loop[f][l]
                         && self.steps_optimizer_around_accumulation(f, l, stepping)
+                    {
+                        self.outer_loop[f][l] = false;
+                        self.optimizer_loop[f][l] = true;
+                    }
+                }
+                // A loop between the optimizer-step loop and the accumulation loop
+                // (`for step: for example: for micro: loss.backward()`, then `opt.step()`) runs at
+                // least once per optimizer step: it is no epoch loop. Parents come first.
+                for l in 0..unit.facts.loops.len() {
+                    if self.outer_loop[f][l]
+                        && unit.facts.loops[l]
+                            .parent
+                            .is_some_and(|p| self.optimizer_loop[f][p])
                     {
                         self.outer_loop[f][l] = false;
                         self.optimizer_loop[f][l] = true;
@@ -1659,6 +1674,9 @@ impl<'a> PyContext<'a> {
         // method, or a module-level name).
         let is_attr = key.starts_with("self.");
         let mut other_scope = None;
+        // A name the function binds (a parameter, or an assignment anywhere in it) is local to
+        // it: a module-level name of the same spelling is another variable.
+        let mut local = !key.contains('.') && fn_idx.is_some_and(|f| facts.fns[f].has_param(&key));
         for a in facts
             .assigns_by_name()
             .newest_first(&key)
@@ -1667,9 +1685,13 @@ impl<'a> PyContext<'a> {
             if a.fn_idx == fn_idx && a.at < offset {
                 return Some(a);
             }
+            local |= fn_idx.is_some() && a.fn_idx == fn_idx;
             if other_scope.is_none() && (a.fn_idx.is_none() || (is_attr && a.fn_idx != fn_idx)) {
                 other_scope = Some(a);
             }
+        }
+        if local && !is_attr {
+            return None;
         }
         other_scope
     }

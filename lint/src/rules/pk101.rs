@@ -393,7 +393,7 @@ fn tensor_truth<'e>(
 
 /// A tensor handed to a logger that reads it back to the host: TensorBoard's
 /// `writer.add_scalar(tag, loss, step)` (it converts the value with `.cpu().numpy()`) and
-/// `wandb.log({"loss": loss})` (it converts tensors to numbers). Lightning's `self.log(..)` keeps
+/// `wandb.log({"loss": loss})` or `wandb.log(dict(loss=loss))` (it converts tensors to numbers). Lightning's `self.log(..)` keeps
 /// the value on the device until the epoch ends: not reported.
 fn check_python_loggers(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls_named(&["add_scalar", "log"]) {
@@ -406,6 +406,10 @@ fn check_python_loggers(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
                 .collect(),
             Some("log") if call.path.as_deref() == Some("wandb.log") => match args.args.first() {
                 Some(PyExpr::Dict(dict)) => dict.items.iter().map(|item| &item.value).collect(),
+                // `wandb.log(dict(loss=loss, lr=lr))`.
+                Some(PyExpr::Call(built)) if matches!(&*built.func, PyExpr::Name(name) if name.id.as_str() == "dict") => {
+                    built.arguments.keywords.iter().map(|k| &k.value).collect()
+                }
                 _ => Vec::new(),
             },
             _ => continue,

@@ -207,22 +207,52 @@ fn waits_for_an_earlier_iteration(
 /// in a step loop.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     for (file, call) in cx.calls_named(&["synchronize"]) {
-        if call.method != Some("synchronize") {
-            continue;
-        }
+        let alias = if call.method == Some("synchronize") {
+            None
+        } else {
+            match synchronize_alias(cx, file, call) {
+                Some(target) => Some(target),
+                None => continue,
+            }
+        };
         let Some(hit) = cx.step_hit(file, call) else {
             continue;
         };
         let what = call.path.as_deref().unwrap_or(".synchronize");
+        let message = match &alias {
+            Some(target) => {
+                format!("`{what}()` (`{target}`) waits for the GPU inside the step loop")
+            }
+            None => format!("`{what}()` waits for the GPU inside the step loop"),
+        };
         out.push(
             cx.finding(
                 file,
                 PyContext::callee_range(call),
-                format!("`{what}()` waits for the GPU inside the step loop"),
+                message,
                 "remove it (CUDA orders work on a stream by itself); to time a step, record \
                  `torch.cuda.Event`s and read them after the loop, or use `perfkit profile`",
             )
             .in_py_step_loop(cx, &hit),
         );
     }
+}
+
+/// `synchronize()` where the name is bound to a synchronize function:
+/// `synchronize = torch.cuda.synchronize`, or one of the two alternatives of
+/// `synchronize = torch.cuda.synchronize if device_type == "cuda" else lambda: None`. The function
+/// it stands for, when it is one.
+fn synchronize_alias(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
+    if !matches!(&*call.call.func, PyExpr::Name(_)) {
+        return None;
+    }
+    let assign = cx.binding(file, call.fn_idx, &call.call.func, call.start)?;
+    let alternatives: Vec<&PyExpr> = match assign.value {
+        PyExpr::If(choice) => vec![&*choice.body, &*choice.orelse],
+        value => vec![value],
+    };
+    alternatives
+        .into_iter()
+        .filter_map(facts::dotted)
+        .find(|path| path.ends_with(".synchronize"))
 }

@@ -876,7 +876,7 @@ fn tokens_mention(tokens: &TokenStream, name: &str) -> bool {
 /// to it earlier, or returned by a helper of the package.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     let mut seen = std::collections::HashSet::new();
-    for (file, call) in cx.calls_named(&["cuda", "to"]) {
+    for (file, call) in cx.calls_named(&["cuda", "to", "type_as"]) {
         if call.in_test {
             continue;
         }
@@ -884,10 +884,10 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         // bindings through the package, and most `.to(..)` calls copy something else.
         let target = || python_copy_target(cx, file, call);
         let Some(recv) = call.receiver else { continue };
-        let copy = if call.method == Some("cuda") {
-            ".cuda()".to_string()
-        } else {
-            ".to(..)".to_string()
+        let copy = match call.method {
+            Some("cuda") => ".cuda()".to_string(),
+            Some("type_as") => ".type_as(..)".to_string(),
+            _ => ".to(..)".to_string(),
         };
         // Same expression: `torch.rand(2, 2).cuda()`, `(torch.rand(2) * 2).to(dev)`,
         // `torch.zeros(n).long().cuda()`.
@@ -908,7 +908,18 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             };
             let (message, help) = python_advice(cx, file, ctor, &name, &words, &target);
             let mut finding = cx.finding(file, ctor.func.range(), message, help);
-            if matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
+            // `.to(other)` and `.type_as(other)` take the other tensor's dtype too: `device=`
+            // alone would not say the same.
+            let moves_only = call.method == Some("cuda")
+                || (call.method == Some("to")
+                    && call
+                        .call
+                        .arguments
+                        .args
+                        .first()
+                        .is_none_or(|arg| cx.file(file).text(arg.range()) == target.as_str()));
+            if moves_only
+                && matches!(recv, PyExpr::Call(c) if std::ptr::eq(c, ctor))
                 && let Some(fix) = python_fix(cx, file, call, ctor, &target)
             {
                 finding = finding.with_fix(fix);
@@ -916,7 +927,9 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
             out.push(finding);
             continue;
         }
-        // A name bound to a CPU constructor earlier: `x = torch.zeros(3)` ... `x.to(dev)`.
+        // A name bound to a CPU constructor earlier: `x = torch.zeros(3)` ... `x.to(dev)`, or
+        // `x.long().to(dev)`.
+        let recv = strip_casts(recv);
         if let PyExpr::Name(_) = recv
             && let Some(assign) = cx.binding(file, call.fn_idx, recv, call.start)
             && !assign.loop_target
@@ -1006,21 +1019,103 @@ fn python_copy_target(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opt
                 .args
                 .first()
                 .or_else(|| facts::keyword(call.call, "device"))?;
-            if cx.device_of(file, call.fn_idx, device, call.start) != Device::Accelerator {
-                return None;
+            if cx.device_of(file, call.fn_idx, device, call.start) == Device::Accelerator {
+                return Some(cx.file(file).text(device.range()).to_string());
             }
-            Some(cx.file(file).text(device.range()).to_string())
+            // `.to(other)`: to another tensor's device (and dtype), read as `.to(other.device)`.
+            if matches!(device, PyExpr::Name(_) | PyExpr::Attribute(_))
+                && cx
+                    .value_kind(file, call.fn_idx, device, call.start)
+                    .is_tensor()
+            {
+                return tensor_device(cx, file, device);
+            }
+            None
         }
+        // `.type_as(other)`: to another tensor's type, its device included.
+        "type_as" => match args.args.first() {
+            Some(other) if args.args.len() == 1 && args.keywords.is_empty() => {
+                tensor_device(cx, file, other)
+            }
+            _ => None,
+        },
         _ => None,
     }
 }
 
-/// A CPU tensor constructor (no `device=`) in an expression, directly or through arithmetic.
+/// `other.device, dtype=other.dtype` as text for `device=`: the device (and dtype) of a tensor
+/// a copy goes to (`.to(other)`, `.type_as(other)`); `None` in a program that runs on the CPU
+/// only.
+fn tensor_device(cx: &PyContext<'_>, file: usize, other: &PyExpr) -> Option<String> {
+    if cx.cpu_only_program() {
+        return None;
+    }
+    let text = cx.file(file).text(other.range());
+    let simple = matches!(other, PyExpr::Name(_) | PyExpr::Attribute(_));
+    let text = if simple {
+        text.to_string()
+    } else {
+        format!("({text})")
+    };
+    // The copy takes the other tensor's dtype too.
+    Some(format!("{text}.device, dtype={text}.dtype"))
+}
+
+/// `x.long()`, `x.float().half()`: the value under dtype casts with no arguments.
+fn strip_casts(mut expr: &PyExpr) -> &PyExpr {
+    while let PyExpr::Call(cast) = expr
+        && let PyExpr::Attribute(attr) = &*cast.func
+        && is_cast_name(attr.attr.as_str())
+        && cast.arguments.is_empty()
+    {
+        expr = &attr.value;
+    }
+    expr
+}
+
+fn is_cast_name(name: &str) -> bool {
+    matches!(
+        name,
+        "long" | "int" | "float" | "double" | "half" | "bfloat16" | "bool" | "byte" | "short"
+    )
+}
+
+/// Element-wise torch functions whose value lives where their tensor argument does
+/// (`torch.exp(torch.arange(n) * -s)`).
+fn is_elementwise_function(name: &str) -> bool {
+    matches!(
+        name,
+        "exp"
+            | "log"
+            | "sin"
+            | "cos"
+            | "sqrt"
+            | "rsqrt"
+            | "abs"
+            | "sigmoid"
+            | "tanh"
+            | "pow"
+            | "clamp"
+            | "outer"
+            | "reciprocal"
+    )
+}
+
+/// A CPU tensor constructor (no `device=`) in an expression, directly, through arithmetic or
+/// through an element-wise torch function.
 fn python_cpu_constructor_in(expr: &PyExpr) -> Option<&PyExprCall> {
     match expr {
         PyExpr::Call(call) => {
             let path = facts::dotted(&call.func)?;
             let name = path.strip_prefix("torch.")?;
+            if is_elementwise_function(name) {
+                return call
+                    .arguments
+                    .args
+                    .first()
+                    .and_then(python_cpu_constructor_in)
+                    .filter(|_| !call.arguments.keywords.iter().any(|k| k.arg.is_none()));
+            }
             if !python_names::CONSTRUCTORS.contains(&name) {
                 return None;
             }
@@ -1055,10 +1150,7 @@ fn python_cast_of_cpu_constructor(expr: &PyExpr) -> Option<&PyExprCall> {
     let PyExpr::Attribute(attr) = &*cast.func else {
         return None;
     };
-    let is_cast = matches!(
-        attr.attr.as_str(),
-        "long" | "int" | "float" | "double" | "half" | "bfloat16" | "bool" | "byte" | "short"
-    ) && cast.arguments.is_empty();
+    let is_cast = is_cast_name(attr.attr.as_str()) && cast.arguments.is_empty();
     if !is_cast {
         return None;
     }
