@@ -208,7 +208,7 @@ impl Config {
 
     /// Whether the rule `code` runs, given this configuration plus the command line's lists.
     pub fn is_enabled(&self, code: &str, extra_select: &[String], extra_ignore: &[String]) -> bool {
-        if let Some(None) = self.severity.get(code) {
+        if let Some(None) = self.severity_override(code) {
             return false;
         }
         let matches = |list: &[String]| {
@@ -229,10 +229,20 @@ impl Config {
 
     /// The severity of `code` after overrides.
     pub fn severity_of(&self, code: &str, default: Severity) -> Severity {
-        match self.severity.get(code) {
-            Some(Some(level)) => *level,
+        match self.severity_override(code) {
+            Some(Some(level)) => level,
             _ => default,
         }
+    }
+
+    /// The `[severity]` entry for `code`: its own, else that of the longest prefix naming it
+    /// (`PK2 = "error"` for PK201), else `ALL`'s. `Some(None)`: turned off.
+    fn severity_override(&self, code: &str) -> Option<Option<Severity>> {
+        self.severity
+            .iter()
+            .filter(|(key, _)| key.as_str() == "ALL" || code.starts_with(key.as_str()))
+            .max_by_key(|(key, _)| if key.as_str() == "ALL" { 0 } else { key.len() })
+            .map(|(_, level)| *level)
     }
 }
 
@@ -242,6 +252,9 @@ pub const RUNTIME_ONLY_CODES: &[&str] = &["PK601", "PK602", "PK603", "PK604"];
 
 /// Checks that `code` is a rule code or a prefix of one (`PK1`, `PK101`, `ALL`).
 pub(crate) fn check_code(code: &str) -> Result<(), String> {
+    if code.trim().is_empty() {
+        return Err("an empty rule code (it would name every rule; write `ALL` for that)".into());
+    }
     let upper = code.to_ascii_uppercase();
     if upper == "ALL"
         || crate::rules()
@@ -457,6 +470,22 @@ mod tests {
         let error = Config::from_file(&path).unwrap_err().to_string();
         assert!(error.contains("pyproject.toml"), "{error}");
         assert!(error.contains("file too large"), "{error}");
+    }
+
+    #[test]
+    fn severity_prefixes_apply_the_most_specific_entry() {
+        let c = config("[severity]\nPK2 = \"error\"\nPK20 = \"note\"\nPK202 = \"off\"\nALL = \"warning\"\n")
+            .unwrap();
+        assert_eq!(c.severity_of("PK201", Severity::Warning), Severity::Note);
+        assert_eq!(c.severity_of("PK203", Severity::Warning), Severity::Note);
+        assert!(!c.is_enabled("PK202", &[], &[]));
+        assert_eq!(c.severity_of("PK301", Severity::Note), Severity::Warning);
+        let c = config("[severity]\nPK2 = \"error\"\n").unwrap();
+        assert_eq!(c.severity_of("PK201", Severity::Warning), Severity::Error);
+        assert_eq!(c.severity_of("PK101", Severity::Warning), Severity::Warning);
+        // An empty code would name every rule.
+        assert!(config("select = [\"\"]\n").is_err());
+        assert!(config("[severity]\n\"\" = \"off\"\n").is_err());
     }
 
     #[test]

@@ -1159,7 +1159,8 @@ fn too_deep_line(source: &str) -> Option<usize> {
                 let close = i64::from((b == b')') | (b == b']') | (b == b'}'));
                 depth = (depth + open - close).max(0);
                 if depth > limit {
-                    let at = start + offset;
+                    // Brackets in comments and literals count here: the exact count decides.
+                    let at = crate::nesting::code_bracket_too_deep(bytes, MAX_BRACKET_DEPTH)?;
                     return Some(crate::diagnostic::line_at_offset(bytes, at));
                 }
             }
@@ -1250,5 +1251,19 @@ mod tests {
         // Balanced text of any length never trips it.
         let long = "fn f() { g(h[1], {2}) }\n".repeat(10_000);
         assert_eq!(too_deep_line(&long), None);
+        // Brackets in literals and comments are text.
+        let open = "(".repeat(MAX_BRACKET_DEPTH + 100);
+        for text in [
+            format!("const S: &str = \"{open}\";\n"),
+            format!("const S: &str = r#\"{open}\"#;\n"),
+            format!("// {open}\nfn f() {{}}\n"),
+            format!("/* {open} */ fn f() {{}}\n"),
+            "const C: char = '{';\n".repeat(MAX_BRACKET_DEPTH + 100),
+        ] {
+            assert_eq!(too_deep_line(&text), None, "{}", &text[..60]);
+        }
+        // Code after such text is still counted.
+        let deep = format!("// (((\nconst S: &str = \"((\";\n{}", "[".repeat(MAX_BRACKET_DEPTH + 1));
+        assert_eq!(too_deep_line(&deep), Some(3));
     }
 }

@@ -149,6 +149,41 @@ fn too_deep_offset(bytes: &[u8]) -> Option<usize> {
     None
 }
 
+/// The byte offset of the first bracket deeper than `limit`, counting only brackets of code:
+/// those in comments, string, raw string and character literals are text (a `"((((.."` literal,
+/// a `// ((((` comment, `'{'`). The exact check behind the bracket counter's fast pass.
+pub(crate) fn code_bracket_too_deep(bytes: &[u8], limit: usize) -> Option<usize> {
+    let len = bytes.len();
+    let mut depth = 0usize;
+    let mut i = 0usize;
+    while i < len {
+        let start = i;
+        let b = bytes[i];
+        i += 1;
+        match b {
+            b'/' if bytes.get(i) == Some(&b'/') => {
+                i = memchr::memchr(b'\n', &bytes[i..]).map_or(len, |n| i + n);
+            }
+            b'/' if bytes.get(i) == Some(&b'*') => i = skip_block_comment(bytes, start),
+            b'"' => i = skip_string(bytes, i, raw_hashes(bytes, start)),
+            b'\'' => {
+                if let Some(end) = char_literal_end(bytes, start) {
+                    i = end;
+                }
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(start);
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The number of `#` of a raw string whose `"` is at `quote` (`r#"..."#`, `br"..."`), or `None`
 /// for a plain string.
 fn raw_hashes(bytes: &[u8], quote: usize) -> Option<usize> {
