@@ -304,6 +304,46 @@ fn fix_creates_python_tensors_on_the_device() {
     );
 }
 
+/// A file with two names is fixed once, under either name, and a rewrite in place that fails
+/// half-way (here: past the file-size limit, as a full disk would) leaves the original text.
+#[cfg(unix)]
+#[test]
+fn fixes_of_a_hard_linked_file_are_written_once_and_never_half_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "import torch\n\n\ndef make(n):\n    return torch.rand(n).cuda()\n";
+    let real = write(dir.path(), "real.py", text);
+    std::fs::hard_link(&real, dir.path().join("alias.py")).unwrap();
+    let out = lint_in(dir.path(), &["--fix", ".", "--format", "json"]);
+    let fixed = std::fs::read_to_string(&real).unwrap();
+    assert!(fixed.contains("torch.rand(n, device=\"cuda\")"), "{fixed}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("alias.py")).unwrap(), fixed);
+    assert!(json(&out)["errors"].as_array().unwrap().is_empty(), "{}", out.stdout);
+
+    // 1,700 fixes, each making its line longer, in a file of about 59 KB; the process may not
+    // write a file past 64 KiB (`ulimit -f 128`: 512-byte blocks, as POSIX shells count them; with
+    // SIGXFSZ ignored so that the write fails with
+    // EFBIG instead of killing the process).
+    let big: String = std::iter::once("import torch\n\n\ndef make():\n".to_string())
+        .chain((0..1700).map(|i| format!("    x{i} = torch.rand({i}).cuda()\n")))
+        .collect();
+    assert!(big.len() < 64 * 1024, "{}", big.len());
+    let big_path = write(dir.path(), "big.py", &big);
+    std::fs::hard_link(&big_path, dir.path().join("big_alias.py")).unwrap();
+    let perfkit = assert_cmd::cargo::cargo_bin("perfkit");
+    let output = Command::new("sh")
+        .current_dir(dir.path())
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 128 && exec \"$0\" lint --fix big.py")
+        .arg(&perfkit)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("big.py: cannot apply fixes"), "{stderr}");
+    assert!(!stderr.contains("damaged"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&big_path).unwrap(), big);
+}
+
 #[test]
 fn the_pytorch_scripts_get_exactly_their_documented_findings() {
     let out = lint_in(&root(), &["fixtures/python", "--format", "json"]);

@@ -1154,7 +1154,7 @@ fn too_deep_line(source: &str) -> Option<usize> {
             }
             depth = (depth + i64::from(opens) - i64::from(closes)).max(0);
         } else {
-            for (offset, &b) in block.iter().enumerate() {
+            for &b in block {
                 let open = i64::from((b == b'(') | (b == b'[') | (b == b'{'));
                 let close = i64::from((b == b')') | (b == b']') | (b == b'}'));
                 depth = (depth + open - close).max(0);

@@ -26,6 +26,20 @@ pub enum FixError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Rewriting the file in place failed, and so did writing its original text back: the file
+    /// may hold part of the fixed text.
+    #[error(
+        "{path}: cannot apply fixes: {source}; writing the original text back failed too ({restore}): \
+         the file may be damaged"
+    )]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// Why the rewrite failed.
+        source: std::io::Error,
+        /// Why the original text could not be written back.
+        restore: std::io::Error,
+    },
     /// An edit lies outside the file or splits a character: the file changed since it was linted.
     #[error(
         "{path}: the file changed since it was linted (an edit at byte {offset} no longer fits); run again"
@@ -86,6 +100,7 @@ impl FixError {
         match self {
             FixError::Io { path, .. }
             | FixError::Stale { path, .. }
+            | FixError::Damaged { path, .. }
             | FixError::Changed { path }
             | FixError::ReadOnly { path }
             | FixError::WouldNotParse { path, .. }
@@ -123,16 +138,16 @@ pub struct FixedText {
 /// change. Findings without a fix are ignored, and so are findings in notebooks: perfkit does not
 /// rewrite `.ipynb` files.
 pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
-    // By the file itself: a file linted under two names (through a symbolic link) is written once,
-    // its fixes merged (the same fix twice counts once).
-    let mut by_file: BTreeMap<PathBuf, (&Path, Vec<&Fix>)> = BTreeMap::new();
+    // By the file itself: a file linted under two names (through a symbolic link, or two hard
+    // links) is written once, its fixes merged (the same fix twice counts once).
+    let mut by_file: BTreeMap<FileKey, (&Path, Vec<&Fix>)> = BTreeMap::new();
     for diagnostic in diagnostics {
         if diagnostic.cell.is_some() || crate::python::notebook::is_notebook(&diagnostic.path) {
             continue;
         }
         if let Some(fix) = &diagnostic.fix {
             let path = diagnostic.path.as_path();
-            let file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            let file = file_key(path);
             by_file
                 .entry(file)
                 .or_insert((path, Vec::new()))
@@ -153,6 +168,22 @@ pub fn apply_fixes(diagnostics: &[Diagnostic]) -> FixSummary {
         }
     }
     summary
+}
+
+/// What tells files apart: the device and inode where there are some (every name of a file, hard
+/// links included), and the resolved path.
+type FileKey = (u64, u64, PathBuf);
+
+fn file_key(path: &Path) -> FileKey {
+    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(&resolved) {
+            return (meta.dev(), meta.ino(), PathBuf::new());
+        }
+    }
+    (0, 0, resolved)
 }
 
 /// Fixes one file on disk; `Ok(None)` when nothing changed.
@@ -252,15 +283,31 @@ fn write_fixed(path: &Path, original: &str, contents: &[u8]) -> Result<(), FixEr
         file.read_to_end(&mut now)?;
         Ok(now == original.as_bytes())
     };
+    // Rewriting in place overwrites the text where it is and only then changes the length, so
+    // that the blocks the file already has stay its own: when the disk fills up while the longer
+    // text is written (or anything else fails), the original text is written back into them.
     let in_place = |file: &mut std::fs::File| -> Result<(), FixError> {
-        use std::io::Seek;
         if !unchanged(file).map_err(io_error)? {
             return Err(changed());
         }
-        file.set_len(0).map_err(io_error)?;
-        file.seek(std::io::SeekFrom::Start(0)).map_err(io_error)?;
-        file.write_all(contents).map_err(io_error)?;
-        file.sync_all().map_err(io_error)
+        let rewrite = |file: &mut std::fs::File, text: &[u8]| -> std::io::Result<()> {
+            use std::io::Seek;
+            file.seek(std::io::SeekFrom::Start(0))?;
+            file.write_all(text)?;
+            file.set_len(text.len() as u64)?;
+            file.sync_all()
+        };
+        let Err(error) = rewrite(file, contents) else {
+            return Ok(());
+        };
+        match rewrite(file, original.as_bytes()) {
+            Ok(()) => Err(io_error(error)),
+            Err(restore) => Err(FixError::Damaged {
+                path: path.to_path_buf(),
+                source: error,
+                restore,
+            }),
+        }
     };
     #[cfg(unix)]
     {
