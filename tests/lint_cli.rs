@@ -1092,7 +1092,7 @@ fn suppressions_silence_a_finding_and_unused_ones_are_notes() {
 }
 
 #[test]
-fn a_closed_pipe_ends_the_run_quietly() {
+fn a_closed_pipe_ends_the_run_quietly_with_its_verdict() {
     use std::io::Read;
     // SARIF of the fixtures is far larger than a pipe buffer, so the writer meets the closed pipe.
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("perfkit"))
@@ -1114,7 +1114,15 @@ fn a_closed_pipe_ends_the_run_quietly() {
         .read_to_string(&mut stderr)
         .unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
+    // The exit status says what the run found, as when the whole report is read: a gate that
+    // pipes the report into `head` (under `set -o pipefail`) still fails on the findings.
+    let whole = std::process::Command::new(assert_cmd::cargo::cargo_bin("perfkit"))
+        .current_dir(root())
+        .args(["lint", "fixtures/lint", "--format", "sarif"])
+        .output()
+        .unwrap();
+    assert_ne!(whole.status.code(), Some(0));
+    assert_eq!(status.code(), whole.status.code(), "{stderr}");
     assert_eq!(stderr, "");
 }
 

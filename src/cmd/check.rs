@@ -479,7 +479,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         None => (args.baseline.clone(), args.candidate.clone()),
     };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = std::io::BufWriter::new(super::PipeTolerant::new(stdout.lock()));
     let mut failed = false;
     let mut errors = false;
     // An incomplete run compared anyway (--allow-incomplete): the verdict says so.

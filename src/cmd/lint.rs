@@ -163,7 +163,7 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let color = format == Format::Text
         && anstream::AutoStream::choice(&stdout) != anstream::ColorChoice::Never;
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = BufWriter::new(super::PipeTolerant::new(stdout.lock()));
     output::render(
         format,
         &mut out,

@@ -11,7 +11,8 @@ pub mod report;
 pub mod rules;
 
 /// The exit status of a command that failed with `err`, after saying why on stderr: 2, or 0
-/// for a closed pipe (`perfkit lint | head` is a normal end, not an error).
+/// for a closed pipe met by a command that gives no verdict (`perfkit report .. | head`). The
+/// commands with a verdict (`lint`, `check`) write through [`PipeTolerant`] and keep it.
 pub fn exit_on_error(err: &anyhow::Error) -> std::process::ExitCode {
     let broken_pipe = err.chain().any(|cause| {
         cause
@@ -23,6 +24,53 @@ pub fn exit_on_error(err: &anyhow::Error) -> std::process::ExitCode {
     }
     crate::eprintln_lossy!("perfkit: error: {}", error_chain(err));
     std::process::ExitCode::from(2)
+}
+
+/// A writer that takes a closed pipe (`perfkit lint | head -1`) as the end of the reader's
+/// interest, not as an error: what is written after it is dropped, and the command still ends
+/// with the exit status of its verdict (a gate under `set -o pipefail` sees the findings' 1, not
+/// the 0 of a command that stopped at the broken pipe). Other write errors (a full disk) stay
+/// errors.
+pub struct PipeTolerant<W> {
+    inner: W,
+    closed: bool,
+}
+
+impl<W> PipeTolerant<W> {
+    pub fn new(inner: W) -> Self {
+        PipeTolerant {
+            inner,
+            closed: false,
+        }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for PipeTolerant<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        match self.inner.write(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(buf.len())
+            }
+            other => other,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.inner.flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
 }
 
 /// `err` and its causes, `: `-separated, each cause once: a message that already shows its
