@@ -473,6 +473,15 @@ fn chained_fix(
                 replacement: format!("(tch::Kind::{kind}, {target_text})"),
             }
         }
+        // tch options held in a binding or built elsewhere (`let opts = (Kind::Float, Device::Cpu)`):
+        // the device cannot replace them (it would drop the kind), and the binding may have
+        // other uses. The finding stands; the rewrite is left to the user.
+        _ if cx.uses(file, Framework::Tch)
+            && !matches!(strip_ref(device), Expr::Path(p) if p.path.segments.len() >= 2
+                && p.path.segments[p.path.segments.len() - 2].ident == "Device") =>
+        {
+            return None;
+        }
         // candle / burn: `&Device::Cpu` -> the same reference expression `to_device` was given.
         _ => {
             let range = cx.byte_range(file, device.span());
@@ -486,6 +495,11 @@ fn chained_fix(
     let ctor_end = cx.byte_range(file, ctor.span()).end;
     let copy_end = cx.byte_range(file, m.span()).end;
     if copy_end <= ctor_end || device_edit.end > ctor_end {
+        return None;
+    }
+    // A comment between the constructor and the copy would go with the copy.
+    let removed = cx.file(file).source().get(ctor_end..copy_end)?;
+    if removed.contains("//") || removed.contains("/*") {
         return None;
     }
     let removal = Edit {
@@ -1365,6 +1379,45 @@ mod tests {
             .into_iter()
             .filter(|d| d.code == "PK201")
             .collect()
+    }
+
+    #[test]
+    fn no_fix_drops_tch_options_held_in_a_binding_or_a_comment_inside_the_chain() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let write = |name: &str, text: &str| {
+            let path = tmp.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "Cargo.toml",
+            "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\ntch = \"0.22\"\ncandle-core = \"0.11\"\n",
+        );
+        write("src/lib.rs", "pub mod a;\npub mod b;\n");
+        write(
+            "src/a.rs",
+            "use tch::{Device, Kind, Tensor};\npub fn f(dev: Device) -> Tensor {\n    let opts = (Kind::Float, Device::Cpu);\n    let a = Tensor::ones([2], opts).to_device(dev);\n    let b = Tensor::ones([2], (Kind::Float, Device::Cpu)).to_device(dev);\n    a + b\n}\n",
+        );
+        write(
+            "src/b.rs",
+            "use candle_core::{Device, Result, Tensor};\npub fn g(dev: &Device) -> Result<Tensor> {\n    let x = Tensor::randn(0f32, 1.0, 4, &Device::Cpu)?\n        // keep me\n        .to_device(dev)?;\n    let y = Tensor::randn(0f32, 1.0, 4, &Device::Cpu)?.to_device(dev)?;\n    x + y\n}\n",
+        );
+        let found: Vec<(String, usize, bool)> = pk201(tmp.path())
+            .iter()
+            .map(|d| {
+                let name = d.path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, d.region.line, d.fix.is_some())
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("a.rs".to_string(), 4, false),
+                ("a.rs".to_string(), 5, true),
+                ("b.rs".to_string(), 3, false),
+                ("b.rs".to_string(), 6, true),
+            ]
+        );
     }
 
     #[test]
