@@ -1065,7 +1065,17 @@ fn read_and_parse(path: &Path) -> Result<SourceFile, FileError> {
     }
     SourceFile::parse(path.to_path_buf(), source).map_err(|err| {
         let line = err.span().start().line;
-        error(format!("syntax error: {err}"), (line > 0).then_some(line))
+        // A file named on the command line is read as Rust unless its name says Python: say so
+        // when its name does not say Rust either (`perfkit lint README.md`).
+        let read_as = if path.extension().is_some_and(|e| e == "rs") {
+            ""
+        } else {
+            " (read as Rust: a file given by name is Rust unless it ends in .py or .ipynb)"
+        };
+        error(
+            format!("syntax error: {err}{read_as}"),
+            (line > 0).then_some(line),
+        )
     })
 }
 

@@ -64,8 +64,8 @@ pub fn render_diagnostic(
 ) -> String {
     // In a notebook the excerpt is the cell's text, and the place reads `nb.ipynb:cell 3:2:9`.
     let path = match diagnostic.cell {
-        Some(cell) => format!("{}:cell {cell}", display_path(&diagnostic.path)),
-        None => display_path(&diagnostic.path),
+        Some(cell) => format!("{}:cell {cell}", terminal_path(&diagnostic.path)),
+        None => terminal_path(&diagnostic.path),
     };
     let level = level_of(diagnostic.severity);
     let region = diagnostic.region;
@@ -285,7 +285,7 @@ fn level_of(severity: Severity) -> Level<'static> {
 
 /// `error: path:line: message` for a file that could not be linted.
 fn write_file_error(out: &mut impl Write, error: &FileError, color: bool) -> io::Result<()> {
-    let path = display_path(&error.path);
+    let path = terminal_path(&error.path);
     let location = match error.line {
         Some(line) => format!("{path}:{line}"),
         None => path,
@@ -536,8 +536,37 @@ impl SourceCache {
     }
 }
 
+/// [`display_path`] for a terminal: control characters in a file name (an escape sequence, a
+/// newline) are shown escaped (`\u{1b}`), never sent to the terminal as they are.
+fn terminal_path(path: &std::path::Path) -> String {
+    let shown = display_path(path);
+    if !shown.chars().any(char::is_control) {
+        return shown;
+    }
+    shown
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_in_file_names_are_shown_escaped() {
+        let shown = super::terminal_path(std::path::Path::new("a\u{1b}[31mred\nb.py"));
+        assert_eq!(shown, "a\\u{1b}[31mred\\nb.py");
+        assert_eq!(
+            super::terminal_path(std::path::Path::new("plain/é.py")),
+            "plain/é.py"
+        );
+    }
+
     use super::*;
     use crate::output::test_support::{diagnostic, fix, report};
 

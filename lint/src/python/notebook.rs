@@ -112,11 +112,12 @@ fn is_python_kernel(metadata: Option<&Value>) -> bool {
     language.is_none_or(|l| l.eq_ignore_ascii_case("python"))
 }
 
-/// The source of a cell: a string, or a list of strings joined as they are.
+/// The source of a cell: a string, or a list of strings joined as they are (nbformat's
+/// "multiline string"); `None` for anything else, which is no notebook's.
 fn cell_text(cell: &Value) -> Option<String> {
     match cell.get("source")? {
         Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => Some(parts.iter().filter_map(Value::as_str).collect()),
+        Value::Array(parts) => parts.iter().map(Value::as_str).collect(),
         _ => None,
     }
 }
@@ -153,8 +154,17 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
         if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
             continue;
         }
+        // A code cell whose source is missing or not text is no notebook's: said, not read as
+        // an empty cell (its code would go unlinted without a word).
         let Some(text) = cell_text(cell) else {
-            continue;
+            return Err(NotebookError {
+                message: format!(
+                    "not a valid notebook: cell {}: its `source` is not a string or a list of \
+                     strings",
+                    i + 1
+                ),
+                line: None,
+            });
         };
         if !is_python_cell(&text) {
             continue;
@@ -287,5 +297,19 @@ mod tests {
         );
         let r = r#"{"cells":[{"cell_type":"code","source":"x <- 1"}],"metadata":{"kernelspec":{"language":"R"}}}"#;
         assert!(read(r).unwrap().index.is_empty());
+        // A code cell's source that is no text is said, not read as an empty cell; a markdown
+        // cell's is not read at all.
+        for source in ["123", "[1, 2]", "null", "[\"a\", 3]"] {
+            let nb = format!(
+                r#"{{"cells":[{{"cell_type":"markdown","source":5}},{{"cell_type":"code","source":{source}}}]}}"#
+            );
+            assert_eq!(
+                read(&nb).unwrap_err().message,
+                "not a valid notebook: cell 2: its `source` is not a string or a list of strings",
+                "{source}"
+            );
+        }
+        let missing = r#"{"cells":[{"cell_type":"code"}]}"#;
+        assert!(read(missing).unwrap_err().message.contains("cell 1"));
     }
 }
