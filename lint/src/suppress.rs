@@ -12,6 +12,9 @@ use std::ops::Range;
 pub(crate) struct Suppression {
     /// 1-based line of the comment.
     pub line: usize,
+    /// The first line of the logical line the comment ends (a Python statement continued with
+    /// `\` over several lines, which ruff's `# noqa` covers whole); `line` elsewhere.
+    pub first_line: usize,
     /// 1-based column where `perfkit:` starts.
     pub column: usize,
     /// Column just after the comment's closing parenthesis.
@@ -29,8 +32,9 @@ pub(crate) struct Suppression {
 impl Suppression {
     /// Whether this suppression covers a finding of `code` on `line`; marks it used.
     pub(crate) fn covers(&mut self, code: &str, line: usize) -> bool {
-        let line_matches =
-            self.file_wide || line == self.line || (self.own_line && line == self.line + 1);
+        let line_matches = self.file_wide
+            || (self.first_line..=self.line).contains(&line)
+            || (self.own_line && line == self.line + 1);
         if !line_matches {
             return false;
         }
@@ -90,6 +94,7 @@ pub(crate) fn parse(source: &str) -> Vec<Suppression> {
         let end_column = line[..consumed.min(line.len())].chars().count() + 1;
         out.push(Suppression {
             line: index + 1,
+            first_line: index + 1,
             column: start,
             end_column,
             file_wide,

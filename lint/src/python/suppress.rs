@@ -22,6 +22,12 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         let own_line = source[line_start..start].trim().is_empty();
         let column = source[line_start..start].chars().count() + 1;
         let end_column = column + text.chars().count();
+        // A comment after a statement continued with `\` covers the whole statement.
+        let first_line = if own_line {
+            line
+        } else {
+            continued_from(source, line_start, line)
+        };
         if let Some(rest) = body.strip_prefix("perfkit:") {
             let Some((file_wide, rest, close)) = allow_list(rest) else {
                 continue;
@@ -32,6 +38,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
             }
             out.push(Suppression {
                 line,
+                first_line,
                 column,
                 end_column,
                 file_wide,
@@ -62,6 +69,7 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         }
         out.push(Suppression {
             line,
+            first_line,
             column,
             end_column,
             file_wide,
@@ -71,6 +79,27 @@ pub(crate) fn parse(file: &PyFile) -> Vec<Suppression> {
         });
     }
     out
+}
+
+/// The first line of the statement that physical line `line` (starting at byte `line_start`)
+/// ends, following `\` continuations back: `x = a \` / `    + b  # noqa: PK101`.
+fn continued_from(source: &str, mut line_start: usize, mut line: usize) -> usize {
+    while line_start > 0 {
+        let before = &source[..line_start];
+        let previous = before
+            .strip_suffix('\n')
+            .or_else(|| before.strip_suffix('\r'))
+            .unwrap_or(before);
+        let previous = previous.strip_suffix('\r').unwrap_or(previous);
+        let start = previous.rfind(['\n', '\r']).map_or(0, |i| i + 1);
+        // A backslash that ends a comment is the comment's, not a continuation.
+        if !previous.ends_with('\\') || previous[start..].contains('#') {
+            break;
+        }
+        line_start = start;
+        line -= 1;
+    }
+    line
 }
 
 /// Whether a source may hold a suppression comment (it mentions `perfkit:`, or `noqa` in any
@@ -195,5 +224,23 @@ mod tests {
         assert!(found[0].covers("PK102", 2));
         assert!(found[1].covers("PK101", 3));
         assert!(!found[1].covers("PK101", 4));
+    }
+
+    #[test]
+    fn a_comment_after_a_backslash_continuation_covers_the_whole_statement() {
+        let f = file(concat!(
+            "a()\n",
+            "x = loss \\\n",
+            "    .item() \\\r\n",
+            "    + 1  # noqa: PK101\n",
+            "y = 2  # a comment ending in a backslash \\\n",
+            "z = w.item()  # noqa: PK101\n",
+        ));
+        let mut found = parse(&f);
+        assert_eq!((found[0].first_line, found[0].line), (2, 4));
+        assert!(found[0].covers("PK101", 2) && found[0].covers("PK101", 3));
+        assert!(!found[0].covers("PK101", 1));
+        // The backslash of a comment continues nothing.
+        assert_eq!((found[1].first_line, found[1].line), (6, 6));
     }
 }
