@@ -440,13 +440,21 @@ pub(crate) fn shuffle_off(call: &PyCall<'_>) -> bool {
 }
 
 /// Why a `DataLoader(..)` looks like an evaluation loader, if it does: `shuffle=False` with no
-/// sampler, or bound to a name such as `test_loader`, `val_loader`, `eval_dl`, `testloader`.
+/// sampler, built in a program that trains nothing, or bound to a name such as `test_loader`,
+/// `val_loader`, `eval_dl`, `testloader`.
 fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
     let unshuffled = shuffle_off(call)
         && call.keyword("sampler").is_none()
         && call.keyword("batch_sampler").is_none();
     if unshuffled {
         return Some("the loader is built with `shuffle=False` and no sampler".to_string());
+    }
+    if super::pk502::program_trains_nothing(cx, file) {
+        return Some(
+            "the loader is built in a program that trains nothing (no step loop, optimizer or \
+             `fit` in reach)"
+                .to_string(),
+        );
     }
     let facts = &cx.units[file].facts;
     if let Some(function) = call.fn_idx.map(|f| facts.fns[f].name)

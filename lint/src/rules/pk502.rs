@@ -516,7 +516,7 @@ fn iterated_only_outside_steps(cx: &PyContext<'_>, file: usize, call: &PyCall<'_
 /// plain `dict(..)`) size evaluation or sampling passes, not training steps. A script that hands
 /// its model to a training loop of another module (`TrainLoop(..).run_loop()`) names it, and keeps
 /// its findings.
-fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
+pub(crate) fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
     let source = &cx.file(file).source;
     if memchr::memmem::find(source.as_bytes(), b"__main__").is_none()
         || cx.file_reaches_step_loop(file)
