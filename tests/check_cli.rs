@@ -234,6 +234,35 @@ fn tuned_run_passes_against_itself_and_against_a_rerun() {
         .stdout(predicate::str::contains("::error").not());
 }
 
+/// One run given several times on a side would look like runs with no spread, and any change
+/// would test significant: refused, naming the run.
+#[test]
+fn a_run_given_twice_on_one_side_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = run_dir(dir.path(), "tuned", &Workload::tuned());
+    let other = run_dir(dir.path(), "other", &Workload::tuned());
+    let spelled_again = dir.path().join("tuned/../tuned/trace");
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg(&spelled_again)
+        .arg("--candidate")
+        .arg(&other)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("are the same run"));
+    perfkit()
+        .args(["check", "--baseline"])
+        .arg(&base)
+        .arg("--candidate")
+        .arg(&other)
+        .arg(&other)
+        .arg(&base)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--candidate:"));
+}
+
 /// Two runs with steps but no GPU work (CPU runs): the step time is compared, and the gates
 /// that need GPU work say that they were not applied instead of vanishing.
 #[test]

@@ -556,6 +556,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         if let Some(v) = args.noise_floor {
             config.noise_floor = v;
         }
+        for (flag, runs) in [("--baseline", &baseline), ("--candidate", &candidate)] {
+            refuse_repeated_runs(flag, runs)?;
+        }
         let options = AnalyzeOptions::default();
         let base: Vec<Run> = baseline
             .iter()
@@ -747,6 +750,36 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One run given twice on one side (`--baseline a/ a/ a/`, or `a/` and `a/summary.json`) would
+/// count as several runs with no spread between them, and the timing test would find any change
+/// significant: an error that names it.
+fn refuse_repeated_runs(flag: &str, runs: &[PathBuf]) -> anyhow::Result<()> {
+    let identity = |path: &Path| {
+        let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        match resolved.file_name() {
+            Some(name) if name == "summary.json" && resolved.is_file() => resolved
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or(resolved),
+            _ => resolved,
+        }
+    };
+    let mut seen: Vec<(PathBuf, &Path)> = Vec::new();
+    for run in runs {
+        let id = identity(run);
+        if let Some((_, first)) = seen.iter().find(|(other, _)| *other == id) {
+            bail!(
+                "{flag}: `{}` and `{}` are the same run; give each run once (several runs \
+                 measure run-to-run noise only when they are different runs)",
+                first.display(),
+                run.display()
+            );
+        }
+        seen.push((id, run));
+    }
+    Ok(())
 }
 
 /// `--repeat N`: profiles the baseline program and the candidate N times each, interleaved,
