@@ -316,8 +316,15 @@ fn fixes_of_a_hard_linked_file_are_written_once_and_never_half_way() {
     let out = lint_in(dir.path(), &["--fix", ".", "--format", "json"]);
     let fixed = std::fs::read_to_string(&real).unwrap();
     assert!(fixed.contains("torch.rand(n, device=\"cuda\")"), "{fixed}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("alias.py")).unwrap(), fixed);
-    assert!(json(&out)["errors"].as_array().unwrap().is_empty(), "{}", out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("alias.py")).unwrap(),
+        fixed
+    );
+    assert!(
+        json(&out)["errors"].as_array().unwrap().is_empty(),
+        "{}",
+        out.stdout
+    );
 
     // 1,700 fixes, each making its line longer, in a file of about 59 KB; the process may not
     // write a file past 64 KiB (`ulimit -f 128`: 512-byte blocks, as POSIX shells count them; with

@@ -474,8 +474,10 @@ mod tests {
 
     #[test]
     fn severity_prefixes_apply_the_most_specific_entry() {
-        let c = config("[severity]\nPK2 = \"error\"\nPK20 = \"note\"\nPK202 = \"off\"\nALL = \"warning\"\n")
-            .unwrap();
+        let c = config(
+            "[severity]\nPK2 = \"error\"\nPK20 = \"note\"\nPK202 = \"off\"\nALL = \"warning\"\n",
+        )
+        .unwrap();
         assert_eq!(c.severity_of("PK201", Severity::Warning), Severity::Note);
         assert_eq!(c.severity_of("PK203", Severity::Warning), Severity::Note);
         assert!(!c.is_enabled("PK202", &[], &[]));

@@ -1273,7 +1273,10 @@ mod tests {
             assert_eq!(too_deep_line(&text), None, "{}", &text[..60]);
         }
         // Code after such text is still counted.
-        let deep = format!("// (((\nconst S: &str = \"((\";\n{}", "[".repeat(MAX_BRACKET_DEPTH + 1));
+        let deep = format!(
+            "// (((\nconst S: &str = \"((\";\n{}",
+            "[".repeat(MAX_BRACKET_DEPTH + 1)
+        );
         assert_eq!(too_deep_line(&deep), Some(3));
     }
 }

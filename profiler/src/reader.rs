@@ -139,13 +139,18 @@ pub struct TraceReader<R: Read> {
 
 impl TraceReader<BufReader<File>> {
     /// Opens a trace file and reads its header.
+    ///
+    /// A path that is not a regular file (after following symbolic links) is refused before it
+    /// is opened: reading a FIFO, a socket or a device would block, or never end.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ReadError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let f = File::open(path).map_err(|source| ReadError::Io {
+        let io_err = |source| ReadError::Io {
             path: name.clone(),
             source,
-        })?;
+        };
+        require_regular_file(path).map_err(io_err)?;
+        let f = File::open(path).map_err(io_err)?;
         TraceReader::from_reader(BufReader::with_capacity(128 << 10, f), &name)
     }
 }
@@ -955,8 +960,10 @@ impl<R: Read> Iterator for TraceReader<R> {
 
 impl<R: Read> std::iter::FusedIterator for TraceReader<R> {}
 
-/// The trace files at `path`: the file itself, or every `*.pktrace` file in a directory
-/// (not recursive), sorted by name.
+/// The trace files at `path`: the file itself, or every `*.pktrace` entry of a directory that
+/// is not a directory itself (not recursive), sorted by name. Entries that are not regular
+/// files (a dangling symbolic link, a FIFO) are listed too: [`TraceReader::open`] refuses them
+/// with an error that names them.
 pub fn trace_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>, ReadError> {
     let path = path.as_ref();
     let io_err = |source| ReadError::Io {
@@ -971,10 +978,183 @@ pub fn trace_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>, ReadError> {
     for entry in std::fs::read_dir(path).map_err(io_err)? {
         let entry = entry.map_err(io_err)?;
         let p = entry.path();
-        if p.extension().is_some_and(|e| e == format::TRACE_EXTENSION) && p.is_file() {
+        if p.extension().is_none_or(|e| e != format::TRACE_EXTENSION) {
+            continue;
+        }
+        // Every `*.pktrace` but a directory: a symbolic link that leads nowhere, a FIFO or a
+        // socket is listed, so that opening it names it as unreadable instead of the run
+        // looking complete without it.
+        let is_dir = match entry.file_type() {
+            Ok(t) if t.is_symlink() => std::fs::metadata(&p).is_ok_and(|m| m.is_dir()),
+            Ok(t) => t.is_dir(),
+            Err(_) => false,
+        };
+        if !is_dir {
             out.push(p);
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Succeeds when `path` is a regular file, or a symbolic link to one; otherwise (a FIFO, a
+/// socket, a device, a directory) an [`io::ErrorKind::InvalidInput`] error that says what it
+/// is. Reading a FIFO or a character device blocks until something writes to it, or never
+/// ends, so readers check this before they open a path they were given.
+///
+/// # Errors
+/// The error of [`std::fs::metadata`] (a missing file; for a symbolic link that leads nowhere,
+/// an error that names where it leads), or the one above.
+pub fn require_regular_file(path: &Path) -> io::Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        // A symbolic link that leads nowhere: say so, and where it leads.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::read_link(path) {
+            Ok(target) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "a symbolic link to {}, which does not exist",
+                        target.display()
+                    ),
+                ));
+            }
+            Err(_) => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = file_kind(&meta.file_type());
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file ({what})"),
+    ))
+}
+
+/// What kind of file a non-regular file is, in words.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a named pipe";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+    }
+    "a special file"
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+    }
+
+    /// Runs `f` on a thread and gives up after a while: a FIFO must be refused, not opened
+    /// (opening it for reading blocks until a writer comes).
+    fn without_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("blocked opening a FIFO")
+    }
+
+    #[test]
+    fn a_fifo_is_refused_by_name_before_it_is_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("f.pktrace");
+        mkfifo(&fifo);
+        let path = fifo.clone();
+        let err = without_blocking(move || {
+            TraceReader::open(&path)
+                .map(|_| ())
+                .expect_err("a FIFO is not a trace")
+                .to_string()
+        });
+        assert_eq!(
+            err,
+            format!(
+                "{}: cannot read trace: not a regular file (a named pipe)",
+                fifo.display()
+            )
+        );
+        let err = require_regular_file(dir.path()).expect_err("a directory");
+        assert_eq!(err.to_string(), "not a regular file (a directory)");
+        // A symbolic link to a regular file is read as the file.
+        let file = dir.path().join("t.txt");
+        std::fs::write(&file, b"x").expect("write");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        require_regular_file(&link).expect("a link to a file");
+    }
+
+    #[test]
+    fn trace_files_lists_dangling_links_and_fifos_so_that_they_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.pktrace"), b"").expect("write");
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("b.pktrace"))
+            .expect("symlink");
+        mkfifo(&dir.path().join("c.pktrace"));
+        std::fs::create_dir(dir.path().join("d.pktrace")).expect("mkdir");
+        std::os::unix::fs::symlink(dir.path().join("d.pktrace"), dir.path().join("e.pktrace"))
+            .expect("symlink");
+        std::fs::write(dir.path().join("notes.txt"), b"").expect("write");
+        let names: Vec<String> = trace_files(dir.path())
+            .expect("list")
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.pktrace", "b.pktrace", "c.pktrace"]);
+        // Reading the run names them as unreadable.
+        let run = crate::summary::analyze_trace_dir(
+            dir.path(),
+            dir.path(),
+            &crate::summary::AnalyzeOptions::default(),
+        )
+        .expect("analyze");
+        let unreadable: Vec<&str> = run.unreadable.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(unreadable, ["a.pktrace", "b.pktrace", "c.pktrace"]);
+        let link = &run.unreadable[1].1;
+        assert!(link.contains("gone, which does not exist"), "{link}");
+        assert!(
+            run.unreadable[2]
+                .1
+                .contains("not a regular file (a named pipe)")
+        );
+    }
+
+    #[test]
+    fn a_fifo_summary_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("summary.json");
+        mkfifo(&fifo);
+        let err = without_blocking(move || {
+            crate::summary::Summary::read_json(&fifo)
+                .map(|_| ())
+                .expect_err("a FIFO is not a summary")
+                .to_string()
+        });
+        assert!(err.contains("not a regular file (a named pipe)"), "{err}");
+    }
 }

@@ -404,6 +404,7 @@ impl<W: Write> ChromeWriter<W> {
             Event::Thread { .. }
             | Event::Close { .. }
             | Event::Dropped { .. }
+            | Event::InvalidGpu
             | Event::Other { .. }
             | Event::Device { .. }
             | Event::DeviceMemory { .. } => {}

@@ -120,10 +120,18 @@ pub struct DiffReport {
     /// Events the new run's recorder dropped (its figures undercount); absent when none.
     #[serde(default, skip_serializing_if = "crate::model::is_zero")]
     pub new_dropped_events: u64,
+    /// What the base run's figures leave out or show in part without it being incomplete
+    /// (stacks cut at the depth limit, malformed GPU records); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_notes: Vec<String>,
+    /// The same for the new run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_notes: Vec<String>,
 }
 
 impl DiffReport {
-    /// One line per incomplete run: `base run INCOMPLETE: ...`.
+    /// One line per incomplete run (`base run INCOMPLETE: ...`), per run whose recorder
+    /// dropped events (`UNDERCOUNTS`) and per run with notes (`NOTE`).
     pub fn incomplete_lines(&self) -> Vec<String> {
         [
             ("base", &self.base_incomplete),
@@ -141,6 +149,12 @@ impl DiffReport {
             .filter(|(_, dropped)| *dropped > 0)
             .map(|(which, dropped)| format!("{which} run UNDERCOUNTS: {}", dropped_line(dropped))),
         )
+        .chain(
+            [("base", &self.base_notes), ("new", &self.new_notes)]
+                .into_iter()
+                .filter(|(_, notes)| !notes.is_empty())
+                .map(|(which, notes)| format!("{which} run NOTE: {}", notes.join("; "))),
+        )
         .collect()
     }
 }
@@ -154,6 +168,12 @@ pub fn dropped_line(dropped: u64) -> String {
 }
 
 impl Run {
+    /// What the run's figures leave out or show in part without it being incomplete (see
+    /// [`Analysis::notes`]).
+    pub fn notes(&self) -> Vec<String> {
+        crate::model::process_notes(&self.processes)
+    }
+
     /// Events the run's recorders dropped, over all its processes.
     pub fn dropped_events(&self) -> u64 {
         self.processes
@@ -541,6 +561,8 @@ pub fn diff_with(base: &Run, new: &Run, timing: crate::gate::TimingOptions) -> D
         new_incomplete: new.incomplete.clone(),
         base_dropped_events: base.dropped_events(),
         new_dropped_events: new.dropped_events(),
+        base_notes: base.notes(),
+        new_notes: new.notes(),
         steps,
         operations,
         spans: pair(

@@ -152,6 +152,10 @@ pub enum Event<'a> {
         /// Total bytes.
         total_bytes: u64,
     },
+    /// A GPU operation, or the late timing of one, whose GPU times cannot be (the end before
+    /// the start, or a time that wrapped around past [`crate::source::MAX_TIME_NS`]): malformed
+    /// input, left out of every figure and counted.
+    InvalidGpu,
     /// The recorder dropped `count` events.
     Dropped {
         /// Number dropped.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use crate::error::{Error, Result};
+use crate::ingest::{MAX_STACK_DEPTH, deeper_frame};
 use crate::model::{ProcessAnalysis, StackTime};
 
 /// Which time a folded file or flamegraph shows.
@@ -28,15 +29,27 @@ impl FlameKind {
     }
 }
 
-/// Makes a span name safe as a folded frame (no `;`, no line breaks).
+/// Makes a span name safe as a folded frame: no `;`, no line breaks or other control
+/// characters, no space at either end (inferno trims lines, and a frame that is empty or
+/// starts with a space would be lost or break the order of the lines); a name with nothing
+/// left is [`UNNAMED_SPAN`](perfkit_profiler::summary::UNNAMED_SPAN).
 pub fn frame_name(name: &str) -> String {
-    name.chars()
+    let safe: String = name
+        .chars()
         .map(|c| match c {
             ';' => ':',
-            '\n' | '\r' | '\t' => ' ',
+            c if c.is_control() => ' ',
             c => c,
         })
-        .collect()
+        .collect();
+    let trimmed = safe.trim();
+    if trimmed.is_empty() {
+        perfkit_profiler::summary::UNNAMED_SPAN.to_owned()
+    } else if trimmed.len() == safe.len() {
+        safe
+    } else {
+        trimmed.to_owned()
+    }
 }
 
 /// Folded stacks of a run, merged across processes (a `rank N` / `pid N` root frame is
@@ -70,7 +83,17 @@ pub fn add_stacks(
         if let Some(r) = root {
             key.push_str(r);
         }
-        for f in &s.frames {
+        // Stacks from an analysis are cut at `MAX_STACK_DEPTH` frames already; those of a
+        // `summary.json` written elsewhere may not be.
+        let (kept, deeper) = if s.frames.len() > MAX_STACK_DEPTH + 1 {
+            (
+                &s.frames[..MAX_STACK_DEPTH],
+                Some(deeper_frame((s.frames.len() - MAX_STACK_DEPTH) as u64)),
+            )
+        } else {
+            (&s.frames[..], None)
+        };
+        for f in kept.iter().chain(&deeper) {
             if !key.is_empty() {
                 key.push(';');
             }
@@ -141,20 +164,31 @@ fn fit_for_inferno(
 
 fn render_lines(lines: &[String], title: &str, count_name: &str, mut w: impl Write) -> Result<()> {
     if lines.is_empty() {
-        return write!(
-            w,
-            "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"60\"><text x=\"10\" y=\"30\" font-family=\"sans-serif\">{}: no samples</text></svg>\n",
-            crate::html::escape_text(title)
-        )
-        .map_err(|e| flame_err(title, e));
+        return note_svg(title, "no samples", w);
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_owned();
     opts.count_name = count_name.to_owned();
     opts.deterministic = true;
     opts.hash = true;
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
-        .map_err(|e| flame_err(title, e))
+    // Drawn in memory first: a flamegraph inferno refuses (nothing it can draw) is a note in
+    // its file, not a half-written file and a failed report.
+    let mut svg = Vec::new();
+    match inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg) {
+        Ok(()) => w.write_all(&svg).map_err(|e| flame_err(title, e)),
+        Err(e) => note_svg(title, &format!("nothing drawn ({e})"), w),
+    }
+}
+
+/// A small SVG that says why there is no flamegraph: `<title>: <note>`.
+fn note_svg(title: &str, note: &str, mut w: impl Write) -> Result<()> {
+    write!(
+        w,
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"60\"><text x=\"10\" y=\"30\" font-family=\"sans-serif\">{}: {}</text></svg>\n",
+        crate::html::escape_text(title),
+        crate::html::escape_text(note)
+    )
+    .map_err(|e| flame_err(title, e))
 }
 
 /// A differential flamegraph: the shape of `new`, coloured by the change from `base`
@@ -177,13 +211,14 @@ pub fn write_differential_svg(
     write_folded(&fitted[0], &mut before).map_err(|e| flame_err(title, e))?;
     write_folded(&fitted[1], &mut after).map_err(|e| flame_err(title, e))?;
     let mut diff = Vec::new();
-    inferno::differential::from_readers(
+    if let Err(e) = inferno::differential::from_readers(
         inferno::differential::Options::default(),
         before.as_slice(),
         after.as_slice(),
         &mut diff,
-    )
-    .map_err(|e| flame_err(title, e))?;
+    ) {
+        return note_svg(title, &format!("nothing drawn ({e})"), w);
+    }
     let text = String::from_utf8_lossy(&diff);
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     render_lines(&lines, title, "ns", w)
@@ -199,6 +234,28 @@ fn flame_err(title: &str, e: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_names_are_never_empty_nor_padded() {
+        assert_eq!(frame_name(""), "<unnamed>");
+        assert_eq!(frame_name(" \t\n"), "<unnamed>");
+        assert_eq!(frame_name(" a;b\u{1}c\n"), "a:b c");
+        assert_eq!(frame_name("forward"), "forward");
+    }
+
+    /// A flamegraph inferno cannot draw is a note in its file, not an error that stops the
+    /// report.
+    #[test]
+    fn a_flamegraph_with_nothing_to_draw_is_a_note() {
+        let blank: BTreeMap<String, u64> = [(" ".to_owned(), 5)].into_iter().collect();
+        let mut svg = Vec::new();
+        write_svg(&blank, "host", "ns", &mut svg).expect("a note, not an error");
+        let svg = String::from_utf8(svg).expect("utf-8");
+        assert!(
+            svg.contains("host: nothing drawn (No stack counts found)"),
+            "{svg}"
+        );
+    }
 
     /// Counts whose sum passes what inferno can add up (a damaged or hand-made trace with spans
     /// of centuries): scaled down, and the title says so, instead of an overflow in inferno.

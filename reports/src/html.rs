@@ -308,6 +308,7 @@ pub fn report_data(analysis: &Analysis, findings: &[Finding], options: &HtmlOpti
         } else {
             options.run_incomplete.clone()
         },
+        "notes": analysis.notes(),
         "duration_ns": analysis.duration_ns,
         "processes": processes,
         "cards": cards,

@@ -17,6 +17,14 @@ use crate::source::ReadOutcome;
 use crate::stats::{Distribution, IntervalUnion};
 
 const NO_PARENT: u32 = u32::MAX;
+/// The name id of the marker frame that stands for the frames below [`MAX_STACK_DEPTH`].
+const DEEPER: u32 = u32::MAX - 1;
+/// Most frames of one stack (spans, then the Python frames of GPU work) kept in the folded
+/// stacks, the flamegraphs and `stacks`: the frames below the 256th are folded into one frame
+/// `[N deeper frames]` (N: the most frames it stands for). Real programs nest a few tens of
+/// spans; without a limit, a stack N spans deep gives N stacks of up to N frames (a trace of
+/// 20,000 nested spans, 300 KB, would fold into gigabytes).
+pub const MAX_STACK_DEPTH: usize = 256;
 /// The flamegraph frame of GPU work issued by a Python thread that did not hold the GIL.
 pub const NO_GIL_FRAME: &str = "[Python: GIL released, no frames]";
 /// Points kept in the memory series before it is halved.
@@ -51,9 +59,12 @@ impl Default for AnalyzeOptions {
 #[derive(Debug)]
 struct Node {
     parent: u32,
+    /// A name id, or [`DEEPER`] for the marker of the frames below [`MAX_STACK_DEPTH`].
     name: u32,
     host_self_ns: u64,
     gpu_ns: u64,
+    /// For the marker: the most frames it stands for.
+    folded: u64,
 }
 
 #[derive(Debug)]
@@ -61,6 +72,8 @@ struct Frame {
     span: u64,
     node: u32,
     name: u32,
+    /// Frames of the stack up to this one (1: outermost).
+    depth: usize,
     start: u64,
     child_ns: u64,
     step: Option<u64>,
@@ -269,8 +282,15 @@ pub struct ProcessIngest {
     children: HashMap<(u32, u32), u32>,
     stacks: HashMap<u64, Vec<Frame>>,
     thread_names: HashMap<u64, String>,
-    /// Open span id -> node, for GPU operations that name their enclosing span.
-    open_spans: HashMap<u64, u32>,
+    /// Open span id -> node and depth, for GPU operations that name their enclosing span.
+    open_spans: HashMap<u64, (u32, usize)>,
+    /// Per thread and name id: frames of that name on the thread's stack (a span is counted
+    /// into its name's total only where it is the outermost of its name).
+    open_names: HashMap<(u64, u32), u32>,
+    /// The deepest stack, when it passed [`MAX_STACK_DEPTH`] (else 0).
+    deepest: u64,
+    /// GPU operations (or late timings) left out as malformed.
+    invalid_gpu: u64,
     /// Span id -> name id of spans entered and not yet closed (a call is counted at close).
     unclosed: HashMap<u64, u32>,
     steps: Vec<(u64, u64, u64)>,
@@ -319,6 +339,9 @@ impl ProcessIngest {
             stacks: HashMap::new(),
             thread_names: HashMap::new(),
             open_spans: HashMap::new(),
+            open_names: HashMap::new(),
+            deepest: 0,
+            invalid_gpu: 0,
             unclosed: HashMap::new(),
             steps: Vec::new(),
             step_ordinal: 0,
@@ -363,18 +386,41 @@ impl ProcessIngest {
         id
     }
 
-    fn child(&mut self, parent: u32, name: u32) -> u32 {
-        if let Some(&n) = self.children.get(&(parent, name)) {
-            return n;
+    /// The node of frame `name` below `parent`, `depth` frames deep (1: outermost). Below
+    /// [`MAX_STACK_DEPTH`] frames, every frame is one marker node under the last frame kept.
+    fn child(&mut self, parent: u32, name: u32, depth: usize) -> u32 {
+        let name = if depth > MAX_STACK_DEPTH {
+            self.deepest = self.deepest.max(depth as u64);
+            let folded = (depth - MAX_STACK_DEPTH) as u64;
+            if let Some(p) = self.nodes.get_mut(parent as usize)
+                && p.name == DEEPER
+            {
+                p.folded = p.folded.max(folded);
+                return parent;
+            }
+            DEEPER
+        } else {
+            name
+        };
+        let id = match self.children.get(&(parent, name)) {
+            Some(&n) => n,
+            None => {
+                let id = self.nodes.len() as u32;
+                self.nodes.push(Node {
+                    parent,
+                    name,
+                    host_self_ns: 0,
+                    gpu_ns: 0,
+                    folded: 0,
+                });
+                self.children.insert((parent, name), id);
+                id
+            }
+        };
+        if name == DEEPER {
+            let n = &mut self.nodes[id as usize];
+            n.folded = n.folded.max((depth - MAX_STACK_DEPTH) as u64);
         }
-        let id = self.nodes.len() as u32;
-        self.nodes.push(Node {
-            parent,
-            name,
-            host_self_ns: 0,
-            gpu_ns: 0,
-        });
-        self.children.insert((parent, name), id);
         id
     }
 
@@ -415,19 +461,21 @@ impl ProcessIngest {
                     self.counting
                         .count(thread, (counter::SPAN_ENTRIES, name), file, line, 1);
                 }
-                let parent = self
+                let (parent, depth) = self
                     .stacks
                     .get(&thread)
                     .and_then(|s| s.last())
-                    .map_or(NO_PARENT, |f| f.node);
-                let node = self.child(parent, name);
-                self.open_spans.insert(span, node);
+                    .map_or((NO_PARENT, 1), |f| (f.node, f.depth + 1));
+                let node = self.child(parent, name, depth);
+                self.open_spans.insert(span, (node, depth));
                 self.unclosed.insert(span, name);
                 self.thread_names.entry(thread).or_default();
+                *self.open_names.entry((thread, name)).or_insert(0) += 1;
                 self.stacks.entry(thread).or_default().push(Frame {
                     span,
                     node,
                     name,
+                    depth,
                     start: ts_ns,
                     child_ns: 0,
                     step,
@@ -484,6 +532,7 @@ impl ProcessIngest {
                 }
             }
             Event::Dropped { count } => self.dropped = self.dropped.saturating_add(count),
+            Event::InvalidGpu => self.invalid_gpu += 1,
             Event::Other { ts_ns } => {
                 if let Some(ts) = ts_ns {
                     self.see_ts(ts);
@@ -501,7 +550,18 @@ impl ProcessIngest {
         };
         let dur = ts.saturating_sub(frame.start);
         let self_ns = dur.saturating_sub(frame.child_ns);
-        let outermost = !stack.iter().any(|f| f.name == frame.name);
+        // The outermost frame of its name on this thread (counted without a walk of the
+        // stack, which can be deep).
+        let outermost = match self.open_names.get_mut(&(thread, frame.name)) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                self.open_names.remove(&(thread, frame.name));
+                true
+            }
+        };
         if let Some(parent) = stack.last_mut() {
             parent.child_ns = parent.child_ns.saturating_add(dur);
         }
@@ -608,20 +668,28 @@ impl ProcessIngest {
                 self.stacks
                     .get(&op.thread)
                     .and_then(|s| s.last())
-                    .map(|f| f.node)
+                    .map(|f| (f.node, f.depth))
             });
+        let depth = node.map_or(0, |(_, d)| d);
+        let node = node.map(|(n, _)| n);
         // Below the span stack, the Python frames of the issuing thread (outermost first).
         let node = match op.python {
             PyFrames::None => node,
             PyFrames::GilNotHeld => {
                 let name = self.intern(NO_GIL_FRAME);
-                Some(self.child(node.unwrap_or(NO_PARENT), name))
+                Some(self.child(node.unwrap_or(NO_PARENT), name, depth + 1))
             }
             PyFrames::Frames(frames) => {
                 let mut n = node.unwrap_or(NO_PARENT);
-                for f in frames.iter().rev() {
+                // The frames kept by name; those below the depth limit all go to the marker,
+                // which only needs the depth of the innermost.
+                let named = frames.len().min(MAX_STACK_DEPTH.saturating_sub(depth));
+                for (i, f) in frames.iter().rev().take(named).enumerate() {
                     let name = self.intern(&crate::source::python_frame_name(f));
-                    n = self.child(n, name);
+                    n = self.child(n, name, depth + i + 1);
+                }
+                if named < frames.len() {
+                    n = self.child(n, DEEPER, depth + frames.len());
                 }
                 (n != NO_PARENT).then_some(n)
             }
@@ -704,7 +772,7 @@ impl ProcessIngest {
                 Some(n) => n,
                 None => {
                     let root = self.intern("[no span]");
-                    self.child(NO_PARENT, root)
+                    self.child(NO_PARENT, root, 1)
                 }
             };
             let total = &mut self.nodes[node as usize].gpu_ns;
@@ -1002,7 +1070,11 @@ impl ProcessIngest {
             let mut cur = i as u32;
             while cur != NO_PARENT {
                 let n = &self.nodes[cur as usize];
-                frames.push(self.names[n.name as usize].clone());
+                frames.push(if n.name == DEEPER {
+                    deeper_frame(n.folded)
+                } else {
+                    self.names[n.name as usize].clone()
+                });
                 cur = n.parent;
             }
             frames.reverse();
@@ -1054,6 +1126,8 @@ impl ProcessIngest {
             complete,
             read_error,
             unclosed_spans: unclosed,
+            deepest_stack: (self.deepest > 0).then_some(self.deepest),
+            invalid_gpu_ops: self.invalid_gpu,
             threads,
             streams: self.streams.into_iter().collect(),
             spans,
@@ -1072,6 +1146,15 @@ impl ProcessIngest {
             step_counters,
             timeline_windows,
         }
+    }
+}
+
+/// The marker frame that stands for `n` frames below [`MAX_STACK_DEPTH`].
+pub fn deeper_frame(n: u64) -> String {
+    if n == 1 {
+        "[1 deeper frame]".to_owned()
+    } else {
+        format!("[{n} deeper frames]")
     }
 }
 
@@ -1113,6 +1196,121 @@ pub(crate) fn round3(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn enter(ingest: &mut ProcessIngest, span: u64, ts_ns: u64) {
+        ingest.push(&Event::Enter {
+            thread: 1,
+            span,
+            name: "f",
+            step: None,
+            file: None,
+            line: 0,
+            ts_ns,
+        });
+    }
+
+    /// A kernel on thread 1 whose Python thread did not hold the GIL.
+    fn kernel(start: u64, end: u64) -> GpuOp<'static> {
+        GpuOp {
+            kind: OpKind::Kernel,
+            thread: 1,
+            stream: Some(1),
+            host_start_ns: start,
+            host_end_ns: start + 1,
+            gpu_start_ns: Some(start),
+            gpu_end_ns: Some(end),
+            gpu_end_at_host_return: false,
+            bytes: 0,
+            pinned: None,
+            name: "k",
+            file: None,
+            line: 0,
+            span: None,
+            id: 0,
+            python: PyFrames::GilNotHeld,
+        }
+    }
+
+    /// Frames below [`MAX_STACK_DEPTH`] (spans, and the Python frames below them) fold into
+    /// one marker frame that keeps their host and GPU time.
+    #[test]
+    fn frames_below_the_depth_limit_fold_into_one_marker() {
+        let mut ingest = ProcessIngest::new("step");
+        let depth = MAX_STACK_DEPTH as u64 + 44;
+        for i in 0..depth {
+            enter(&mut ingest, i + 1, i * 10);
+        }
+        ingest.push(&Event::Gpu(kernel(5_000, 5_100)));
+        for i in (0..depth).rev() {
+            ingest.push(&Event::Exit {
+                thread: 1,
+                span: i + 1,
+                ts_ns: 10_000 + (depth - i) * 10,
+            });
+        }
+        let outcome = ReadOutcome {
+            complete: true,
+            ..ReadOutcome::default()
+        };
+        let p = ingest.finish(ProcessMeta::default(), outcome, &AnalyzeOptions::default());
+        // The GIL frame is one deeper than the deepest span.
+        assert_eq!(p.deepest_stack, Some(depth + 1));
+        assert_eq!(p.stacks.len(), MAX_STACK_DEPTH + 1);
+        let marker = p.stacks.last().expect("stacks");
+        assert_eq!(marker.frames.len(), MAX_STACK_DEPTH + 1);
+        assert_eq!(marker.frames[MAX_STACK_DEPTH], "[45 deeper frames]");
+        assert_eq!(marker.gpu_ns, 100);
+        // 43 frames of 20 ns of self time, and the innermost span's.
+        assert_eq!(marker.host_ns, 43 * 20 + (10_010 - 2_990));
+        // The span table is exact: every call, and the outermost call's time once.
+        let f = &p.spans[0];
+        assert_eq!((f.calls, f.total_ns), (depth, 10_000 + depth * 10));
+
+        // At an ordinary depth, the frames are kept as they are.
+        let mut ingest = ProcessIngest::new("step");
+        enter(&mut ingest, 1, 0);
+        ingest.push(&Event::Gpu(kernel(10, 20)));
+        let p = ingest.finish(
+            ProcessMeta::default(),
+            ReadOutcome::default(),
+            &AnalyzeOptions::default(),
+        );
+        assert_eq!(p.deepest_stack, None);
+        let gpu: Vec<&Vec<String>> = p
+            .stacks
+            .iter()
+            .filter(|s| s.gpu_ns > 0)
+            .map(|s| &s.frames)
+            .collect();
+        assert_eq!(gpu, [&vec!["f".to_owned(), NO_GIL_FRAME.to_owned()]]);
+
+        // Python frames count toward the limit below the span stack.
+        let frames: Vec<perfkit_profiler::model::PyFrame> = (0..300u32)
+            .map(|i| perfkit_profiler::model::PyFrame {
+                file: "train.py".into(),
+                function: format!("f{i}").into(),
+                line: i,
+            })
+            .collect();
+        let mut ingest = ProcessIngest::new("step");
+        enter(&mut ingest, 1, 0);
+        ingest.push(&Event::Gpu(GpuOp {
+            python: PyFrames::Frames(&frames),
+            ..kernel(10, 20)
+        }));
+        let p = ingest.finish(
+            ProcessMeta::default(),
+            ReadOutcome::default(),
+            &AnalyzeOptions::default(),
+        );
+        assert_eq!(p.deepest_stack, Some(301));
+        let gpu = p.stacks.iter().find(|s| s.gpu_ns > 0).expect("GPU stack");
+        assert_eq!(gpu.frames.len(), MAX_STACK_DEPTH + 1);
+        // The span, then the outermost Python frames (innermost first in the trace).
+        assert_eq!(gpu.frames[1], "f299 (train.py:299)");
+        assert_eq!(gpu.frames[MAX_STACK_DEPTH - 1], "f45 (train.py:45)");
+        assert_eq!(gpu.frames[MAX_STACK_DEPTH], "[45 deeper frames]");
+    }
 
     #[test]
     fn histogram_median_counts_the_steps_left_out_as_zero() {

@@ -89,6 +89,40 @@ impl Analysis {
         }
         out
     }
+
+    /// What the reports of a complete run leave out or show in part, one sentence each (empty
+    /// when nothing): stacks cut at [`crate::ingest::MAX_STACK_DEPTH`] frames, malformed GPU
+    /// records. Unlike [`Analysis::incomplete_reasons`], they do not make the run incomplete.
+    pub fn notes(&self) -> Vec<String> {
+        process_notes(&self.processes)
+    }
+}
+
+/// [`Analysis::notes`] of these processes.
+pub fn process_notes(processes: &[ProcessAnalysis]) -> Vec<String> {
+    let limit = crate::ingest::MAX_STACK_DEPTH;
+    let mut out = Vec::new();
+    for p in processes {
+        if let Some(depth) = p.deepest_stack {
+            out.push(format!(
+                "{}: span stacks up to {depth} frames deep; the frames below the {limit}th are \
+                 folded into one `{}` frame in the folded stacks, flamegraphs and summary stacks, \
+                 and the timeline shows at most {limit} levels",
+                p.meta.file,
+                crate::ingest::deeper_frame(depth.saturating_sub(limit as u64)),
+            ));
+        }
+        if p.invalid_gpu_ops > 0 {
+            out.push(format!(
+                "{}: {} malformed GPU record{} left out (a GPU end before its start, or a time \
+                 before the trace began)",
+                p.meta.file,
+                p.invalid_gpu_ops,
+                if p.invalid_gpu_ops == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    out
 }
 
 /// Identity of a traced process, as its trace header records it.
@@ -145,6 +179,15 @@ pub struct ProcessAnalysis {
     pub read_error: Option<String>,
     /// Spans still open when the trace ended (closed at the last timestamp).
     pub unclosed_spans: u64,
+    /// The depth of the deepest stack (spans, then Python frames), present only when it passed
+    /// [`crate::ingest::MAX_STACK_DEPTH`]: the frames below that depth are folded into one frame
+    /// `[N deeper frames]` in `stacks` (and so in the folded stacks and flamegraphs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deepest_stack: Option<u64>,
+    /// GPU operations (or late GPU timings) left out as malformed: a GPU end before its start,
+    /// or a time that wrapped around (see [`crate::source::gpu_times_valid`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub invalid_gpu_ops: u64,
     /// Host threads seen.
     pub threads: Vec<ThreadInfo>,
     /// CUDA streams seen.

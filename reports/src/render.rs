@@ -180,6 +180,12 @@ fn write_others(
                 }
             }
             Format::Svg => {
+                // Stacks cut at the depth limit: the titles say so (the marker frame shows where).
+                let cut = if analysis.processes.iter().any(|p| p.deepest_stack.is_some()) {
+                    format!(" (stacks cut at {} frames)", crate::ingest::MAX_STACK_DEPTH)
+                } else {
+                    String::new()
+                };
                 for (kind, title) in [
                     (FlameKind::Host, "Host wall time by span stack"),
                     (FlameKind::Gpu, "GPU time by issuing host span stack"),
@@ -188,7 +194,7 @@ fn write_others(
                     let mut w = create(&p)?;
                     flame::write_svg(
                         &flame::folded(&analysis.processes, kind),
-                        title,
+                        &format!("{title}{cut}"),
                         "ns",
                         &mut w,
                     )?;

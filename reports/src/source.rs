@@ -110,6 +110,9 @@ impl TraceSource {
         // span id -> name, `step` field, callsite source file and line
         let mut spans: HashMap<u64, SpanInfo> = HashMap::new();
         let unknown: Arc<str> = Arc::from("[unknown span]");
+        // A span whose callsite has no name: shown under a name one can see (and that a
+        // flamegraph can draw), the one the profiler's summary counts it under.
+        let unnamed: Arc<str> = Arc::from(perfkit_profiler::summary::UNNAMED_SPAN);
         // Kernel names as the reports show them: C++ kernels (every CUDA C++ library, PyTorch's
         // ATen) arrive mangled from CUPTI. Demangled once per distinct name.
         let mut kernel_names: HashMap<Arc<str>, Arc<str>> = HashMap::new();
@@ -152,10 +155,15 @@ impl TraceSource {
                     if *n.callsite.name == *step_name {
                         real_steps = true;
                     }
+                    let name = if n.callsite.name.is_empty() {
+                        unnamed.clone()
+                    } else {
+                        n.callsite.name.clone()
+                    };
                     spans.insert(
                         n.id.0,
                         SpanInfo {
-                            name: n.callsite.name.clone(),
+                            name,
                             step: step_field(&n.fields),
                             file: n.callsite.file.clone(),
                             line: n.callsite.line.unwrap_or(0),
@@ -192,6 +200,12 @@ impl TraceSource {
                     spans.remove(&e.span.0);
                     f(&Event::Close { span: e.span.0 });
                     f(&Event::Other { ts_ns: Some(e.ts) });
+                }
+                // GPU times that cannot be (see `gpu_times_valid`): the record is malformed,
+                // and left out whole rather than counted with a time that wrapped around.
+                Record::Gpu(g) if !gpu_times_valid(g.gpu_start, g.gpu_end) => {
+                    op_py.remove(&g.id);
+                    f(&Event::InvalidGpu);
                 }
                 Record::Gpu(g) => {
                     let kind = match g.kind {
@@ -276,10 +290,13 @@ impl TraceSource {
                     };
                     f(&Event::Gpu(op));
                 }
+                Record::GpuTiming(t) if !gpu_times_valid(Some(t.gpu_start), Some(t.gpu_end)) => {
+                    f(&Event::InvalidGpu);
+                }
                 Record::GpuTiming(t) => f(&Event::GpuTiming {
                     id: t.id,
                     gpu_start_ns: t.gpu_start,
-                    gpu_end_ns: t.gpu_end.max(t.gpu_start),
+                    gpu_end_ns: t.gpu_end,
                 }),
                 Record::Device(d) => f(&Event::Device {
                     total_bytes: d.total_memory,
@@ -319,6 +336,23 @@ impl TraceSource {
         outcome.complete = matches!(self.reader.status(), TraceStatus::Complete(_));
         outcome
     }
+}
+
+/// The latest time a trace may hold, in ns after its origin (292 years). Times are deltas with
+/// wrapping arithmetic (see the trace format): a later one can only be a time before the
+/// origin, or an end before its start, that wrapped around.
+pub const MAX_TIME_NS: u64 = i64::MAX as u64;
+
+/// Whether the GPU times of an operation can be: each, when present, at most [`MAX_TIME_NS`],
+/// and the end not before the start.
+pub fn gpu_times_valid(gpu_start: Option<u64>, gpu_end: Option<u64>) -> bool {
+    let in_range = |t: Option<u64>| t.is_none_or(|t| t <= MAX_TIME_NS);
+    in_range(gpu_start)
+        && in_range(gpu_end)
+        && match (gpu_start, gpu_end) {
+            (Some(s), Some(e)) => e >= s,
+            _ => true,
+        }
 }
 
 /// Whether a Python frame is an optimizer's `step` (see [`perfkit_profiler::pystep`]): in a

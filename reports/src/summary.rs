@@ -64,6 +64,10 @@ pub struct AnalysisSection {
     /// Why the run is incomplete, one sentence each (empty when complete).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incomplete_reasons: Vec<String>,
+    /// What the reports leave out or show in part without the run being incomplete (stacks
+    /// cut at the depth limit, malformed GPU records), one sentence each; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl AnalysisSection {
@@ -82,6 +86,7 @@ impl AnalysisSection {
             ranks: analysis.ranks.clone(),
             unreadable: analysis.unreadable.clone(),
             incomplete_reasons: analysis.incomplete_reasons(),
+            notes: analysis.notes(),
         }
     }
 }
@@ -154,8 +159,13 @@ impl Summary {
     }
 
     /// Reads and parses a `summary.json` file.
+    ///
+    /// A path that is not a regular file (a FIFO, a device) is refused before it is opened:
+    /// reading it would block.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = perfkit_profiler::reader::require_regular_file(path)
+            .and_then(|()| std::fs::read_to_string(path))
+            .map_err(|e| Error::io(path, e))?;
         Self::from_json(&text, path)
     }
 }
@@ -256,6 +266,14 @@ pub fn markdown(summary: &Summary, top: usize) -> String {
         let _ = writeln!(md, "**Incomplete run:**\n");
         for reason in &reasons {
             let _ = writeln!(md, "- {}", md_escape(reason));
+        }
+        let _ = writeln!(md);
+    }
+    let notes = summary.analysis.as_ref().map_or(&[][..], |a| &a.notes[..]);
+    if !notes.is_empty() {
+        let _ = writeln!(md, "**Notes:**\n");
+        for note in notes {
+            let _ = writeln!(md, "- {}", md_escape(note));
         }
         let _ = writeln!(md);
     }

@@ -116,7 +116,9 @@ impl TimelineCollector {
     }
 
     fn add(&mut self, track: usize, w: usize, mut item: TimelineItem) {
-        if self.per_window[w] >= self.cap {
+        // Nested deeper than the stacks are kept elsewhere (a row each would make the drawing
+        // as tall as the input is deep): counted as not shown, as items past the cap are.
+        if self.per_window[w] >= self.cap || item.depth as usize >= crate::ingest::MAX_STACK_DEPTH {
             self.windows[w].truncated += 1;
             return;
         }
@@ -304,6 +306,7 @@ impl TimelineCollector {
                 }
             }
             Event::Dropped { .. }
+            | Event::InvalidGpu
             | Event::Close { .. }
             | Event::Other { .. }
             | Event::Device { .. }

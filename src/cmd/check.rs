@@ -625,6 +625,29 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 }
                 let _ = writeln!(md, "**{name} undercounts**: {reason}\n");
             }
+            // What its figures leave out (malformed GPU records) or show in part. Said, not
+            // failed.
+            for run in runs.iter() {
+                let notes = run.notes();
+                if notes.is_empty() {
+                    continue;
+                }
+                let name = if runs.len() > 1 {
+                    format!("{which} run {}", run.source)
+                } else {
+                    format!("{which} run")
+                };
+                let line = format!("{name} note: {}", notes.join("; "));
+                writeln!(out, "{line}")?;
+                if args.format == CheckFormat::Github {
+                    writeln!(
+                        out,
+                        "::notice title=perfkit check::{}",
+                        output::github::escape_data(&line)
+                    )?;
+                }
+                let _ = writeln!(md, "**{name} note**: {}\n", notes.join("; "));
+            }
         }
 
         // Counters first: they do not depend on the machine.
@@ -759,10 +782,9 @@ fn refuse_repeated_runs(flag: &str, runs: &[PathBuf]) -> anyhow::Result<()> {
     let identity = |path: &Path| {
         let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         match resolved.file_name() {
-            Some(name) if name == "summary.json" && resolved.is_file() => resolved
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or(resolved),
+            Some(name) if name == "summary.json" && resolved.is_file() => {
+                resolved.parent().map(Path::to_path_buf).unwrap_or(resolved)
+            }
             _ => resolved,
         }
     };

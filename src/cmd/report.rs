@@ -56,6 +56,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     for reason in analysis.incomplete_reasons() {
         crate::eprintln_lossy!("perfkit: warning: {reason}");
     }
+    for note in analysis.notes() {
+        crate::eprintln_lossy!("perfkit: note: {note}");
+    }
     if let Some(name) = &args.step_span
         && let Some(warning) = unknown_step_span(&analysis, name)
     {

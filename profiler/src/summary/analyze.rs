@@ -165,10 +165,12 @@ pub(super) fn analyze_file(
     if header.extra.iter().any(|(k, _)| k == ROLE_KEY) {
         return Ok(None);
     }
-    let step_span = options
-        .step_span
-        .as_deref()
-        .unwrap_or(&header.step_span_name);
+    // A header without a step span name means the default one, as the reports read it.
+    let step_span = match options.step_span.as_deref() {
+        Some(name) => name,
+        None if header.step_span_name.is_empty() => super::DEFAULT_STEP_SPAN,
+        None => &header.step_span_name,
+    };
     let mut agg = SpanAggregator::new(step_span);
     // A Python trace without step spans: steps from its optimizer steps (see `pystep`).
     let mut real_steps = false;

@@ -16,7 +16,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use analyze::{AnalyzeError, AnalyzeOptions, ROLE_KEY, TraceDirAnalysis, analyze_trace_dir};
-pub use stats::{SpanAggregator, SpanStats, StepStats, UNKNOWN_SPAN, merge_span_tables};
+pub use stats::{
+    SpanAggregator, SpanStats, StepStats, UNKNOWN_SPAN, UNNAMED_SPAN, merge_span_tables,
+};
 pub use text::{INSTRUMENT_HINT, format_bytes, format_duration_ns};
 pub use time::UtcTime;
 
@@ -373,10 +375,13 @@ impl Summary {
             path: path.to_path_buf(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|source| SummaryFileError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // A FIFO or a device would block the read, or never end: refused by name.
+        let text = crate::reader::require_regular_file(path)
+            .and_then(|()| std::fs::read_to_string(path))
+            .map_err(|source| SummaryFileError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let value: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         if value.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {

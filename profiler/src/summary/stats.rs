@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The name shown for a span whose creation record is missing from the trace.
 pub const UNKNOWN_SPAN: &str = "<unknown span>";
 
+/// The name under which a span whose callsite has an empty name is counted (and shown in the
+/// reports: an empty name cannot be seen, nor drawn as a flamegraph frame).
+pub const UNNAMED_SPAN: &str = "<unnamed>";
+
 /// Statistics of the step span's durations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -186,7 +190,7 @@ impl SpanAggregator {
 
     /// Span `span` was created with `name`.
     pub fn new_span(&mut self, span: u64, name: &str) {
-        let name = self.intern(name);
+        let name = self.intern(if name.is_empty() { UNNAMED_SPAN } else { name });
         self.open.entry(span).or_default().name = Some(name);
     }
 
@@ -407,6 +411,19 @@ mod tests {
         assert_eq!(spans[0].calls, 2);
         assert_eq!(spans[0].total_ns, 15);
         assert_eq!(spans[0].mean_ns, 7);
+    }
+
+    #[test]
+    fn a_span_with_an_empty_name_is_counted_under_a_placeholder() {
+        let mut a = SpanAggregator::new("step");
+        a.new_span(1, "");
+        a.enter(1, 1, 10);
+        a.exit(1, 1, 30);
+        a.close(1);
+        let (spans, _) = a.finish(100);
+        assert_eq!(spans.len(), 1);
+        assert_eq!((spans[0].name.as_str(), spans[0].calls), (UNNAMED_SPAN, 1));
+        assert_eq!(spans[0].total_ns, 20);
     }
 
     #[test]

@@ -53,7 +53,7 @@
   D.processes.forEach(function (p) {
     meta.push(p.label + " on " + p.host + ": " + p.command);
   });
-  document.getElementById("meta").textContent = [D.generator, D.created, D.complete ? "" : "INCOMPLETE RUN (" + (D.incomplete_reasons.length ? D.incomplete_reasons.join("; ") : "a trace was cut short") + ")", meta.join(" | ")]
+  document.getElementById("meta").textContent = [D.generator, D.created, D.complete ? "" : "INCOMPLETE RUN (" + (D.incomplete_reasons.length ? D.incomplete_reasons.join("; ") : "a trace was cut short") + ")", (D.notes || []).length ? "NOTE: " + D.notes.join("; ") : "", meta.join(" | ")]
     .filter(function (x) { return x; }).join(" \u00b7 ");
 
   // Cards.

@@ -185,10 +185,13 @@ pub(crate) fn table_from_toml<T: ConfigTable>(
 
 /// Reads the `T::TABLE` table of a `perfkit.toml` or `Cargo.toml`.
 pub(crate) fn table_from_file<T: ConfigTable>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // A FIFO or a device would block the read: refused by name.
+    let text = perfkit_profiler::reader::require_regular_file(path)
+        .and_then(|()| std::fs::read_to_string(path))
+        .map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let is_cargo = path.file_name().is_some_and(|n| n == "Cargo.toml");
     table_from_toml(&text, is_cargo, path)
 }

@@ -425,6 +425,11 @@ impl<W: Write> Synth<W> {
         self.w.finish().expect("finish trace")
     }
 
+    /// Writes any record as it is (hand-made, possibly malformed, input).
+    pub fn raw(&mut self, r: Record) {
+        self.rec(r);
+    }
+
     /// Records written so far.
     pub fn records(&self) -> u64 {
         self.records
