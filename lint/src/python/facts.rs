@@ -26,6 +26,9 @@ pub struct PyFn<'a> {
     pub in_test: bool,
     /// Lightning's `training_step` / `on_train_batch_*`: runs once per step.
     pub step_body: bool,
+    /// A generator (`yield` in its own body): each `next(..)` of it, or each iteration of a loop
+    /// over it, runs its body up to the next `yield`.
+    pub generator: bool,
     /// Its definition, for what few rules ask of it ([`PyFn::returns`], [`PyFn::params`]):
     /// read when asked, not listed for every function of the package.
     def: &'a StmtFunctionDef,
@@ -705,6 +708,7 @@ impl<'a> Collector<'a> {
                     in_test: self.in_test() || is_test || class_test,
                     step_body: class.is_some()
                         && (name == "training_step" || name.starts_with("on_train_batch_")),
+                    generator: false,
                     def,
                 });
                 // Loops and guards do not cross a function boundary.
@@ -1032,6 +1036,14 @@ impl<'a> Collector<'a> {
             Expr::UnaryOp(unary) => self.child(&unary.operand),
             Expr::Lambda(_) => {
                 // A lambda's body runs when it is called, not here; its calls are still recorded.
+                visitor::walk_expr(self, expr);
+            }
+            Expr::Yield(_) | Expr::YieldFrom(_) => {
+                if let Some(f) = self.fn_idx()
+                    && self.comprehension == 0
+                {
+                    self.facts.fns[f].generator = true;
+                }
                 visitor::walk_expr(self, expr);
             }
             Expr::ListComp(_) | Expr::SetComp(_) | Expr::DictComp(_) | Expr::Generator(_) => {

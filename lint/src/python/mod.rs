@@ -760,6 +760,11 @@ impl<'a> PyContext<'a> {
     /// The functions a call may run: same-package functions of its name (`foo(..)`, `self.foo(..)`,
     /// `module.foo(..)`), methods of the caller's class first.
     pub fn targets(&self, file: usize, call: &PyCall<'a>) -> Targets {
+        // `next(batches)` where `batches = get_batch(..)`, a generator of the package: each
+        // `next` runs its body up to the next `yield`.
+        if call.func_name == Some("next") && !self.by_name.contains_key("next") {
+            return self.generator_targets(file, call);
+        }
         let (name, is_self) = match (call.func_name, call.method, call.receiver) {
             (Some(name), _, _) => (name, false),
             (None, Some(method), Some(Expr::Name(recv))) => {
@@ -813,6 +818,44 @@ impl<'a> PyContext<'a> {
         capped(found.methods.iter().copied().filter(|&(f, i)| {
             caller_class.is_none() || class_of(f, i) == caller_class || f != file
         }))
+    }
+
+    /// The generators of the package that `next(it)` runs: `it` bound to a call of one.
+    fn generator_targets(&self, file: usize, call: &PyCall<'a>) -> Targets {
+        let Some(arg @ Expr::Name(_)) = call.call.arguments.args.first() else {
+            return Targets::default();
+        };
+        let Some(assign) = self.binding(file, call.fn_idx, arg, call.start) else {
+            return Targets::default();
+        };
+        let Expr::Call(made) = assign.value else {
+            return Targets::default();
+        };
+        if assign.loop_target {
+            return Targets::default();
+        }
+        let Some(made) = self.call_of(file, made) else {
+            return Targets::default();
+        };
+        self.generators_called(file, made)
+    }
+
+    /// Of the functions a call runs, the generators (see [`PyFn::generator`]).
+    pub fn generators_called(&self, file: usize, call: &PyCall<'a>) -> Targets {
+        capped(
+            self.targets(file, call)
+                .into_iter()
+                .filter(|&(f, i)| self.units[f].facts.fns[i].generator),
+        )
+    }
+
+    /// The recorded call of `file` that is the call expression `expr`.
+    pub fn call_of(&self, file: usize, expr: &ruff_python_ast::ExprCall) -> Option<&'a PyCall<'a>> {
+        let calls = &self.units[file].facts.calls;
+        let start = expr.start().to_usize();
+        let at = calls.partition_point(|c| c.start < start);
+        let window = &calls[at.saturating_sub(64)..(at + 64).min(calls.len())];
+        window.iter().find(|c| std::ptr::eq(c.call, expr))
     }
 
     /// The class of the package a name was bound to an instance of (`logger = MetricLogger(..)`,
@@ -1028,6 +1071,37 @@ impl<'a> PyContext<'a> {
             let (f, call) = (linked.file, &units[linked.file].facts.calls[linked.call]);
             if let Some(hit) = self.loop_hit(f, call) {
                 for target in linked.targets {
+                    seeds.push((target, hit.clone(), call.display_name()));
+                }
+            }
+        }
+        // A step loop over a generator of the package (`for x, y in batches(data):`) runs the
+        // generator's body up to its next `yield` once per iteration, as if it were called there.
+        for (f, unit) in units.iter().enumerate() {
+            for (l, lp) in unit.facts.loops.iter().enumerate() {
+                let Some(Expr::Call(iter)) = lp.iter else {
+                    continue;
+                };
+                if !self.step_loop[f][l] {
+                    continue;
+                }
+                let Some(call) = self.call_of(f, iter).filter(|c| !c.in_test) else {
+                    continue;
+                };
+                let generators = self.generators_called(f, call);
+                if generators.is_empty() {
+                    continue;
+                }
+                let hit = PyHit {
+                    loop_file: f,
+                    loop_line: unit.file.line_of(lp.range.start().to_usize()),
+                    step_body: None,
+                    via: Vec::new(),
+                    outer: self.outer_loop[f][l],
+                    guarded: false,
+                    optimizer_loop: self.optimizer_loop[f][l],
+                };
+                for target in generators {
                     seeds.push((target, hit.clone(), call.display_name()));
                 }
             }
@@ -1355,19 +1429,7 @@ impl<'a> PyContext<'a> {
             && params
                 .first()
                 .is_some_and(|p| matches!(p.0, "self" | "cls"));
-        let callers = self.callers.get_or_init(|| {
-            let mut callers = Callers::default();
-            for linked in &self.linked {
-                for target in linked.targets {
-                    callers
-                        .entry(target)
-                        .or_default()
-                        .push((linked.file, linked.call));
-                }
-            }
-            callers
-        });
-        let Some(callers) = callers.get(&(file, fi)) else {
+        let Some(callers) = self.callers().get(&(file, fi)) else {
             return false;
         };
         for &(g, ci) in callers {
@@ -1392,6 +1454,22 @@ impl<'a> PyContext<'a> {
             }
         }
         !callers.is_empty()
+    }
+
+    /// The calls of each function of the package, as (file, call index), worked out once.
+    fn callers(&self) -> &Callers {
+        self.callers.get_or_init(|| {
+            let mut callers = Callers::default();
+            for linked in &self.linked {
+                for target in linked.targets {
+                    callers
+                        .entry(target)
+                        .or_default()
+                        .push((linked.file, linked.call));
+                }
+            }
+            callers
+        })
     }
 
     /// The step hit of code at `offset` in function `fn_idx` inside `loops` (for statements that

@@ -449,9 +449,13 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
     if unshuffled {
         return Some("the loader is built with `shuffle=False` and no sampler".to_string());
     }
-    if super::pk502::program_trains_nothing(cx, file) {
+    // In a program that trains nothing, a loader its own top-level code builds, or one iterated
+    // where it is built, feeds inference; one a function returns may feed a trainer elsewhere.
+    if super::pk502::program_trains_nothing(cx, file)
+        && (call.fn_idx.is_none() || iterated_where_built(cx, file, call))
+    {
         return Some(
-            "the loader is built in a program that trains nothing (no step loop, optimizer or \
+            "the loader is built for a program that trains nothing (no step loop, optimizer or \
              `fit` in reach)"
                 .to_string(),
         );
@@ -469,6 +473,35 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
         .find(|a| !a.loop_target && a.value.range() == range)
         .map(|a| a.name.as_ref())?;
     python_names::is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
+}
+
+/// Whether the loader `call` builds is bound to a name that a loop of the same function
+/// iterates (`dloader = DataLoader(..)`, then `for batch in tqdm(dloader):`): the program uses it
+/// itself. A loader a function returns (a data module's `get_data()` with a small `__main__`
+/// self-test) goes to whoever imports it, which may train.
+fn iterated_where_built(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
+    let facts = &cx.units[file].facts;
+    let range = call.call.range();
+    let Some(name) = facts
+        .assigns
+        .iter()
+        .find(|a| !a.loop_target && a.value.range() == range)
+        .map(|a| a.name.as_ref())
+    else {
+        return false;
+    };
+    let text = &cx.file(file).source;
+    facts.loops.iter().any(|lp| {
+        lp.fn_idx == call.fn_idx
+            && lp.range.start().to_usize() > call.start
+            && lp.iter.is_some_and(|iter| {
+                let iter_text =
+                    &text[iter.range().start().to_usize()..iter.range().end().to_usize()];
+                iter_text
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|word| word == name)
+            })
+    })
 }
 
 /// A `TensorDataset` (already in memory: workers would only copy it).
