@@ -101,18 +101,58 @@ fn force_never_follows_the_list_of_reports_in_a_previous_summary() {
         .arg(dir)
         .args(["--", "true"]));
     assert_eq!(code, 0, "{stderr}");
-    // A summary that lists the user's files as reports.
-    write(
-        &dir.join("summary.json"),
-        r#"{"files": {"summary": "summary.json", "reports": ["Cargo.toml", "README.md"]}}"#,
+    // A summary that lists the user's files as reports: not the one perfkit wrote, so it is in
+    // the way itself.
+    let forged =
+        r#"{"files": {"summary": "summary.json", "reports": ["Cargo.toml", "README.md"]}}"#;
+    write(&dir.join("summary.json"), forged);
+    let force = || {
+        run(perfkit()
+            .args(["profile", "--quiet", "--force", "--out"])
+            .arg(dir)
+            .args(["--", "true"]))
+    };
+    let (code, _, stderr) = force();
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("summary.json"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("summary.json")).unwrap(),
+        forged
     );
-    let (code, _, stderr) = run(perfkit()
-        .args(["profile", "--quiet", "--force", "--out"])
-        .arg(dir)
-        .args(["--", "true"]));
+    // Even with the marker forged to record it as perfkit's, its list is not followed.
+    let marker = dir.join(".perfkit-run");
+    let mut text: String = std::fs::read_to_string(&marker)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("wrote summary.json "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&format!(
+        "wrote summary.json {} {:08x}\n",
+        forged.len(),
+        crc32(forged.as_bytes())
+    ));
+    write(&marker, text);
+    let (code, _, stderr) = force();
     assert_eq!(code, 0, "{stderr}");
     assert!(dir.join("Cargo.toml").is_file());
     assert!(dir.join("README.md").is_file());
+}
+
+/// CRC-32 (that of zlib and gzip), as `.perfkit-run` records the files perfkit wrote.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
 }
 
 // 2. One run per directory; a user's own files named like reports are not overwritten.

@@ -181,31 +181,56 @@ fn diff_shows_the_change_where_it_is() {
     assert_eq!(same["steps"]["delta_ns"], 0);
 }
 
+/// How the program ended is known from the summary `perfkit profile` wrote, not from the
+/// traces: `perfkit report` into the run directory keeps it, replacing the reports perfkit
+/// wrote there; and a later `perfkit profile --force` still replaces everything perfkit wrote.
+#[cfg(unix)]
 #[test]
 fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    run_dir(tmp.path(), "run", &Workload::tuned());
-    stdout(perfkit(tmp.path()).args(["report", "run", "--format", "json"]));
-    let path = tmp.path().join("run/summary.json");
-    let mut v: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    let traces = run_dir(tmp.path(), "traces", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "traces", "--format", "json"]));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(traces.join("summary.json")).expect("read"))
+            .expect("json");
     assert!(
         v["run"]["exit"].is_null(),
         "traces alone do not say how the program ended"
     );
-    // As `perfkit profile` writes it.
-    v["run"]["exit"] = serde_json::json!({
-        "code": 3, "signal": null, "signal_name": null, "core_dumped": false,
-        "exit_code": 3, "description": "exit code 3"
-    });
-    std::fs::write(&path, serde_json::to_string(&v).expect("json")).expect("write");
-    stdout(perfkit(tmp.path()).args(["report", "run", "--format", "json,md"]));
-    let v: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
-    assert_eq!(v["run"]["exit"]["description"], "exit code 3");
-    assert!(v["analysis"]["processes"].is_array());
-    let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
-    assert!(md.contains("exit code 3"), "{md}");
+    // A program that leaves that trace and exits with 3, under `perfkit profile`.
+    let copy_and_exit = format!(
+        "cp '{}' \"$PERFKIT_TRACE/\" && exit 3",
+        traces.join("train-1.pktrace").display()
+    );
+    let profile = |force: bool, script: &str| {
+        let mut cmd = perfkit(tmp.path());
+        cmd.args(["profile", "--quiet", "--no-lint", "--out", "run"]);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.args(["--", "sh", "-c", script]).output().expect("run")
+    };
+    let out = profile(false, &copy_and_exit);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = tmp.path().join("run/summary.json");
+    for _ in 0..2 {
+        stdout(perfkit(tmp.path()).args(["report", "run", "--format", "json,md"]));
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        assert_eq!(
+            v["run"]["exit"]["description"], "exit code 3",
+            "{}",
+            v["run"]
+        );
+        assert!(v["analysis"]["processes"].is_array());
+        let md = std::fs::read_to_string(tmp.path().join("run/summary.md")).expect("md");
+        assert!(md.contains("exit code 3"), "{md}");
+    }
     // With another step span the steps are counted anew, and how the program ended is kept.
     stdout(perfkit(tmp.path()).args([
         "report",
@@ -223,6 +248,18 @@ fn report_keeps_how_the_program_ended_from_an_earlier_summary() {
         v["run"]
     );
     assert_eq!(v["steps"]["span"], "forward", "{}", v["steps"]);
+    // The reports of the run and of `perfkit report` are perfkit's: --force replaces them.
+    let out = profile(true, "true");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tmp.path().join("run/report.html").exists());
+    assert!(!tmp.path().join("run/summary.md").exists());
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    assert_eq!(v["run"]["exit"]["code"], 0, "{}", v["run"]);
 }
 
 /// Source of a candle training loop whose per-step readback sits at line 72, the line the
@@ -418,6 +455,104 @@ fn report_and_diff_never_replace_files_they_did_not_write() {
     for _ in 0..2 {
         stdout(perfkit(tmp.path()).args(["report", "anti", "--format", "json"]));
     }
+}
+
+/// The reproducer of a hostile test: `perfkit report run.pktrace` writes its reports beside
+/// the trace; the user replaces `summary.md` with notes of their own; a second `perfkit report`
+/// must not write over them, though the directory carries perfkit's marker. Nor over a report
+/// the user edited after perfkit wrote it.
+#[test]
+fn report_never_replaces_a_report_the_user_wrote_or_edited_since() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proj = run_dir(tmp.path(), "proj", &Workload::tuned());
+    stdout(perfkit(&proj).args(["report", "train-1.pktrace"]));
+    assert!(proj.join(".perfkit-run").is_file());
+    std::fs::remove_file(proj.join("summary.md")).expect("rm");
+    std::fs::write(proj.join("summary.md"), "# my notes\n").expect("write");
+    let out = perfkit(&proj)
+        .args(["report", "train-1.pktrace", "--format", "md"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("already holds `./summary.md`, which perfkit did not write or cannot prove"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"));
+    assert_eq!(
+        std::fs::read_to_string(proj.join("summary.md")).expect("read"),
+        "# my notes\n"
+    );
+    // A report perfkit wrote, edited by the user since: refused, naming it, and kept.
+    let html = proj.join("report.html");
+    let mut edited = std::fs::read_to_string(&html).expect("read");
+    edited.push_str("<!-- my note -->\n");
+    std::fs::write(&html, &edited).expect("write");
+    let out = perfkit(&proj)
+        .args(["report", "train-1.pktrace", "--format", "html,json"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("report.html"), "{err}");
+    assert!(
+        !err.contains("summary.json"),
+        "the summary is still perfkit's: {err}"
+    );
+    assert_eq!(std::fs::read_to_string(&html).expect("read"), edited);
+    // The reports perfkit wrote and nobody touched are still replaced, without --force.
+    stdout(perfkit(&proj).args(["report", "train-1.pktrace", "--format", "json,svg,folded"]));
+}
+
+/// A `.perfkit-run` copied from another directory vouches for nothing there: a report of the
+/// user's own under a name perfkit writes is not replaced. One written by an older perfkit
+/// (which recorded no files) proves no report file either, and the refusal says what to do.
+#[test]
+fn a_copied_or_older_marker_proves_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    run_dir(tmp.path(), "tuned", &Workload::tuned());
+    stdout(perfkit(tmp.path()).args(["report", "tuned", "--out", "first"]));
+    let mine = tmp.path().join("mine");
+    std::fs::create_dir(&mine).expect("mkdir");
+    std::fs::copy(
+        tmp.path().join("first/.perfkit-run"),
+        mine.join(".perfkit-run"),
+    )
+    .expect("copy");
+    std::fs::write(mine.join("report.html"), "<p>my own report</p>\n").expect("write");
+    let out = perfkit(tmp.path())
+        .args(["report", "tuned", "--out", "mine"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("mine/report.html"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("report.html")).expect("read"),
+        "<p>my own report</p>\n"
+    );
+    assert!(!mine.join("summary.json").exists(), "nothing is written");
+    // An older perfkit's marker: its first two lines only.
+    std::fs::write(mine.join(".perfkit-run"), "perfkit run directory\npid 1\n").expect("write");
+    let out = perfkit(tmp.path())
+        .args(["report", "tuned", "--out", "mine", "--format", "html"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for said in [
+        "mine/report.html",
+        "older perfkit",
+        "did not record the files it wrote",
+        "move or remove these yourself, or choose another --out",
+    ] {
+        assert!(err.contains(said), "{said}: {err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(mine.join("report.html")).expect("read"),
+        "<p>my own report</p>\n"
+    );
 }
 
 /// A run with GPU work against one without (the same trainer on a CPU): the GPU differential

@@ -28,7 +28,9 @@ use perfkit_kernels::train::{AntiPatterns, DeviceChoice, Progress, TrainConfig, 
 use perfkit_lint::output::normalize as clean;
 use perfkit_lint::output::{self, Format as LintFormat, RenderOptions as LintRender};
 use perfkit_lint::{LintOptions, RuleMeta};
-use perfkit_profiler::launch::{DIFF_FILES, REPORT_FILES, check_for_reports, take_for_reports};
+use perfkit_profiler::launch::{
+    DIFF_FILES, REPORT_FILES, ReportDir, check_for_reports, take_for_reports,
+};
 use perfkit_reports::render::{self, Format, RenderOptions};
 use perfkit_reports::rules::{self, ProfileConfig};
 use perfkit_reports::{AnalyzeOptions, Finding};
@@ -113,7 +115,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         // Released at once: `perfkit profile` and `perfkit diff` take these directories next.
         drop(take_for_reports(dir, names)?);
     }
-    let _taken = take_for_reports(&out, outputs[3].1)?;
+    let taken = take_for_reports(&out, outputs[3].1)?;
 
     // How busy the machine is before the runs: loader workers only help where cores are free.
     let busy = machine_busy();
@@ -126,7 +128,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     profile_run(&exe, &anti, &args, true)?;
 
     // 2. The linter over the trainer and the lint fixtures.
-    let lint_findings = lint(&source_root, &out)?;
+    let lint_findings = lint(&source_root, &out, &taken)?;
 
     // 3. Runtime findings, confirmed against the trainer's lint findings, into both reports.
     let config =
@@ -163,8 +165,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             String::from_utf8_lossy(&diff.stderr)
         );
     }
+    let diff_taken = take_for_reports(&diff_dir, &["diff.txt"])?;
     std::fs::write(diff_dir.join("diff.txt"), &diff.stdout)
         .with_context(|| format!("cannot write {}", diff_dir.join("diff.txt").display()))?;
+    diff_taken.record("diff.txt")?;
+    drop(diff_taken);
 
     // 5. Where to look.
     let stdout = std::io::stdout();
@@ -322,7 +327,13 @@ fn profile_run(exe: &Path, dir: &Path, args: &DemoArgs, anti: bool) -> anyhow::R
         .args(&child_args)
         .output()
         .context("cannot run `perfkit profile`")?;
-    std::fs::write(dir.join("train.log"), &output.stdout).ok();
+    // The program's output beside the run's reports, recorded as the demo's own file.
+    let log = take_for_reports(dir, &["train.log"]).and_then(|taken| {
+        if std::fs::write(dir.join("train.log"), &output.stdout).is_ok() {
+            taken.record("train.log")?;
+        }
+        Ok(())
+    });
     if !output.status.success() {
         bail!(
             "the {label} run failed ({}):\n{}{}",
@@ -331,7 +342,7 @@ fn profile_run(exe: &Path, dir: &Path, args: &DemoArgs, anti: bool) -> anyhow::R
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    Ok(())
+    Ok(log?)
 }
 
 /// Marks `<out>/sources/` as written by the demo, so that a later demo may replace it.
@@ -390,8 +401,9 @@ fn source_root(out: &Path) -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
-/// Lints the trainer and the lint fixtures; writes `lint.txt` and `lint.sarif`.
-fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
+/// Lints the trainer and the lint fixtures; writes `lint.txt` and `lint.sarif` into `out`
+/// (`taken` for them) and records them.
+fn lint(root: &Path, out: &Path, taken: &ReportDir) -> anyhow::Result<Vec<Finding>> {
     let options = LintOptions::new([
         clean(&root.join("kernels")),
         clean(&root.join("fixtures/lint")),
@@ -407,6 +419,7 @@ fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
         &LintRender::default(),
     )?;
     std::fs::write(out.join("lint.txt"), &text).context("cannot write lint.txt")?;
+    taken.record("lint.txt")?;
     let mut sarif = Vec::new();
     output::render(
         LintFormat::Sarif,
@@ -416,6 +429,7 @@ fn lint(root: &Path, out: &Path) -> anyhow::Result<Vec<Finding>> {
         &LintRender::default(),
     )?;
     std::fs::write(out.join("lint.sarif"), &sarif).context("cannot write lint.sarif")?;
+    taken.record("lint.sarif")?;
     crate::eprintln_lossy!(
         "perfkit demo: lint: {} findings in {} files",
         report.diagnostics.len(),
@@ -440,7 +454,12 @@ fn findings_report(
     options.html.title = "perfkit demo: reference trainer".to_owned();
     let summary = run_dir.join("summary.json");
     options.core = perfkit_profiler::summary::Summary::read_json(&summary).ok();
-    render::write_all(&analysis, run_dir, &Format::ALL, &findings, &options)?;
+    // Over the reports `perfkit profile` wrote and recorded: the directory is taken again.
+    let taken = take_for_reports(run_dir, &REPORT_FILES)?;
+    for file in render::write_all(&analysis, run_dir, &Format::ALL, &findings, &options)? {
+        taken.record(file)?;
+    }
+    drop(taken);
     let gpu = analysis
         .processes
         .iter()

@@ -75,16 +75,17 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         .collect();
     if let Some(dir) = &args.out {
         // Never over a file perfkit did not write; the directory stays locked while it is
-        // written.
+        // written, and each file written is recorded as perfkit's.
         let mut names = vec!["diff.json", "diff.html"];
         names.extend(flames.iter().map(|(kind, _)| match kind {
             perfkit_reports::flame::FlameKind::Host => "diff-flamegraph-host.svg",
             perfkit_reports::flame::FlameKind::Gpu => "diff-flamegraph-gpu.svg",
         }));
-        let _taken = perfkit_profiler::launch::take_for_reports(dir, &names)?;
+        let taken = perfkit_profiler::launch::take_for_reports(dir, &names)?;
         let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
             let p = dir.join(name);
             std::fs::write(&p, data).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            taken.record(&p)?;
             crate::eprintln_lossy!("wrote {}", p.display());
             Ok(())
         };

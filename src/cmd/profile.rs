@@ -177,17 +177,13 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     if let Err(err) = summary.write_json(&out.summary_path()) {
         crate::eprintln_lossy!("perfkit: error: {err}");
         summary.files.summary_error = Some(err.to_string());
+    } else {
+        record(&out, &out.summary_path());
     }
     let mut findings = None;
     let (lint_paths, lint_line) = lint_target(&args, program);
     if summary.instrumented {
-        match write_reports(
-            out.trace_dir(),
-            out.root(),
-            &mut summary,
-            program,
-            &lint_paths,
-        ) {
+        match write_reports(&out, &mut summary, program, &lint_paths) {
             Ok(found) => findings = Some(found),
             Err(err) => {
                 crate::eprintln_lossy!(
@@ -328,14 +324,15 @@ fn start_sampler(trace_dir: &std::path::Path) -> Option<perfkit_sampler::Sampler
 }
 
 /// Renders the HTML report, flamegraphs, folded stacks, Chrome trace and Markdown summary into
-/// `run_dir`, then summary.json: the launcher's `summary` (with the list of reports) plus the
-/// reports' own sections. Returns the findings: runtime ones (thresholds from the `[profile]`
-/// table of the `perfkit.toml` found upward from the program, else the defaults) and, with
-/// `lint_paths`, the lint findings of that code, confirmed where the run saw the same line.
+/// the run directory, then summary.json: the launcher's `summary` (with the list of reports)
+/// plus the reports' own sections; each file written is recorded as perfkit's in the run's
+/// marker, so that `perfkit report` and `--force` may replace it later. Returns the findings:
+/// runtime ones (thresholds from the `[profile]` table of the `perfkit.toml` found upward from
+/// the program, else the defaults) and, with `lint_paths`, the lint findings of that code,
+/// confirmed where the run saw the same line.
 #[cfg(unix)]
 fn write_reports(
-    trace_dir: &std::path::Path,
-    run_dir: &std::path::Path,
+    out: &perfkit_profiler::launch::OutputDir,
     summary: &mut perfkit_profiler::summary::Summary,
     program: &std::ffi::OsStr,
     lint_paths: &[PathBuf],
@@ -343,6 +340,7 @@ fn write_reports(
     use perfkit_reports::render::{self, Format, RenderOptions};
     use perfkit_reports::rules::{self, ProfileConfig};
 
+    let (trace_dir, run_dir) = (out.trace_dir(), out.root());
     let analysis =
         perfkit_reports::analyze_path(trace_dir, &perfkit_reports::AnalyzeOptions::default())?;
     let config_start = match std::path::Path::new(program).parent() {
@@ -367,13 +365,27 @@ fn write_reports(
         .filter(|f| *f != Format::Json)
         .collect();
     let written = render::write_all(&analysis, run_dir, &others, &findings, &options)?;
+    for file in &written {
+        record(out, file);
+    }
     summary.files.reports = written
         .iter()
         .map(|f| f.strip_prefix(run_dir).unwrap_or(f).display().to_string())
         .collect();
     options.core = Some(summary.clone());
-    render::write_all(&analysis, run_dir, &[Format::Json], &findings, &options)?;
+    for file in render::write_all(&analysis, run_dir, &[Format::Json], &findings, &options)? {
+        record(out, &file);
+    }
     Ok(findings)
+}
+
+/// Records `file`, just written into the run directory, as perfkit's; a failure is a warning
+/// (the run's exit code matters more), and the file is then one perfkit will not replace.
+#[cfg(unix)]
+fn record(out: &perfkit_profiler::launch::OutputDir, file: &std::path::Path) {
+    if let Err(err) = out.record(file) {
+        crate::eprintln_lossy!("perfkit: warning: {err}");
+    }
 }
 
 /// `runtime` with the lint findings of `lint_paths` (none: `runtime` as it is), confirmed where

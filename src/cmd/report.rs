@@ -95,10 +95,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         (findings, lint_errors) =
             super::check::with_lint_findings(&args.lint, findings).context("--lint")?;
     }
-    // Never over a file perfkit did not write; the directory stays locked while it is written.
+    // Never over a file perfkit did not write; the directory stays locked while it is written,
+    // and each file written is recorded as perfkit's, so that the next report may replace it.
     let names: Vec<&str> = formats.iter().flat_map(|f| f.files()).copied().collect();
-    let _taken = perfkit_profiler::launch::take_for_reports(&out, &names)?;
+    let taken = perfkit_profiler::launch::take_for_reports(&out, &names)?;
     let written = render::write_all(&analysis, &out, &formats, &findings, &render_options)?;
+    for file in &written {
+        taken.record(file)?;
+    }
     // `perfkit report RUN | head`: a closed pipe ends the printing, not the run (the reports
     // are written above; the --lint errors, --open and the exit status still follow).
     let mut stdout = std::io::stdout().lock();
