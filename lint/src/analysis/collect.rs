@@ -393,6 +393,26 @@ fn is_output_flag(cond: &Expr) -> bool {
             syn::Member::Unnamed(_) => return false,
         },
         Expr::Paren(p) => return is_output_flag(&p.expr),
+        // A verbosity level above a threshold (`self.verbose_level >= 2`, `args.debug > 0`,
+        // `1 < verbosity`, `log_level == 3`): opt-in output, as the flag alone. Below a
+        // threshold or equal to 0 it is the default, not an opt-in.
+        Expr::Binary(b) => {
+            let literal = |e: &Expr| matches!(e, Expr::Lit(_));
+            let nonzero = |e: &Expr| matches!(e, Expr::Lit(l) if matches!(&l.lit, syn::Lit::Int(i) if i.base10_digits() != "0"));
+            return match b.op {
+                syn::BinOp::Ge(_) | syn::BinOp::Gt(_) => {
+                    literal(&b.right) && is_output_flag(&b.left)
+                }
+                syn::BinOp::Le(_) | syn::BinOp::Lt(_) => {
+                    literal(&b.left) && is_output_flag(&b.right)
+                }
+                syn::BinOp::Eq(_) => {
+                    (nonzero(&b.right) && is_output_flag(&b.left))
+                        || (nonzero(&b.left) && is_output_flag(&b.right))
+                }
+                _ => false,
+            };
+        }
         _ => return false,
     };
     with_ident_str(ident, |name| {

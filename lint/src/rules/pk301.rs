@@ -81,6 +81,11 @@ impl Rule for LoaderWithoutWorkers {
     }
 
     fn check(&self, cx: &CrateContext<'_>, out: &mut Vec<Finding>) {
+        // A crate that trains nothing (a data viewer, an exporter) loads batches for no step:
+        // its loaders' threads are its own business.
+        if !crate_trains(cx) {
+            return;
+        }
         for chain in loader_chains(cx) {
             match chain.method_args("num_workers") {
                 None => out.push(Finding::new(
@@ -115,6 +120,22 @@ impl Rule for LoaderWithoutWorkers {
             }
         }
     }
+}
+
+/// Whether the crate trains: one of its functions makes a training step (a step marker in it or
+/// in what it calls), or it hands a model to burn's learner (`LearnerBuilder::new`,
+/// `SupervisedTraining::new`).
+fn crate_trains(cx: &CrateContext<'_>) -> bool {
+    cx.files().iter().any(|file| {
+        (0..file.facts.fns.len()).any(|f| !file.facts.fns[f].is_test && cx.trains(file.id, f))
+    }) || cx.calls().any(|(_, call)| {
+        !call.in_test
+            && call.name == "new"
+            && call
+                .call
+                .qualifier()
+                .is_some_and(|q| q == "LearnerBuilder" || q == "SupervisedTraining")
+    })
 }
 
 /// The value of an integer literal expression (`0`, `8usize`).
