@@ -1489,6 +1489,36 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// Records the names a `use` tree brings into scope, with the module each comes from.
+    fn record_use_paths(&mut self, tree: &syn::UseTree, prefix: &mut Vec<String>) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.record_use_paths(&p.tree, prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Group(g) => {
+                for item in &g.items {
+                    self.record_use_paths(item, prefix);
+                }
+            }
+            syn::UseTree::Name(n) if !prefix.is_empty() && n.ident != "self" => {
+                let module = self.intern_str(&prefix.join("::"));
+                let name = self.intern(&n.ident);
+                self.facts.use_paths.push((name, module));
+            }
+            syn::UseTree::Rename(r) if !prefix.is_empty() => {
+                prefix.push(r.ident.to_string());
+                let module = prefix[..prefix.len() - 1].join("::");
+                prefix.pop();
+                let module = self.intern_str(&module);
+                let name = self.intern(&r.rename);
+                self.facts.use_paths.push((name, module));
+            }
+            _ => {}
+        }
+    }
+
     /// Records call `index` as differentiating a `let` binding (`loss.backward()`,
     /// `opt.backward_step(&loss)`): that binding holds a loss.
     fn record_loss(&mut self, index: usize, e: &syn::ExprMethodCall, name: &str) {
@@ -1651,6 +1681,8 @@ impl<'a> Visit<'a> for Collector<'a> {
         {
             self.facts.frameworks.insert(framework);
         }
+        let mut prefix = Vec::new();
+        self.record_use_paths(&item.tree, &mut prefix);
     }
 
     fn visit_item_extern_crate(&mut self, item: &'a syn::ItemExternCrate) {

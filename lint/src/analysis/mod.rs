@@ -360,6 +360,9 @@ pub struct FileFacts<'a> {
     pub test_file: bool,
     /// Set when the tree nests deeper than the analysis follows; the file is reported as an error.
     pub too_deep: Option<Span>,
+    /// Names the file's `use` items bring into scope with the module they come from, as written
+    /// (`("CTCLoss", "crate::burn_ext::ctc")` for `use crate::burn_ext::ctc::CTCLoss;`).
+    pub use_paths: Vec<(&'a str, &'a str)>,
     /// Local values formatted by formatting macros, in source order.
     pub formats: Vec<FormatFact<'a>>,
     /// The `let` bindings differentiated (`loss.backward()`, `opt.backward_step(&loss)`), by the

@@ -265,12 +265,16 @@ impl CrateAnalysis {
                 }
             }
         }
+        let modules: Vec<String> = files.iter().map(|f| module_path(root, f.path())).collect();
+        let repeated_types = repeated_type_names(files);
         let index = Index {
             ambiguous: &ambiguous,
             methods: &methods,
             free: &free,
             assoc: &assoc,
             fields: &fields,
+            modules: &modules,
+            repeated_types: &repeated_types,
         };
 
         // Which build target each file belongs to: calls resolve within a target and into the lib.
@@ -526,6 +530,8 @@ impl CrateAnalysis {
                 free: &free,
                 assoc: &assoc,
                 fields: &fields,
+                modules: &modules,
+                repeated_types: &repeated_types,
             },
             external,
         );
@@ -1435,6 +1441,10 @@ struct Index<'m, 'n> {
     fields: &'m FieldTable<'n>,
     /// Method names that several types of the crate define.
     ambiguous: &'m std::collections::HashSet<&'n str>,
+    /// Each file's module path (`burn_ext::ctc` for `src/burn_ext/ctc.rs`).
+    modules: &'m [String],
+    /// Type names that structs in more than one file of the crate declare.
+    repeated_types: &'m std::collections::HashSet<&'n str>,
 }
 
 /// The crate functions a call can reach by its shape: for `x.f()`, the methods `f` of `x`'s type
@@ -1450,7 +1460,8 @@ fn candidates<'m>(
     let lookup = |map: &'m FnIndex<'_>| map.get(call.name).map(Vec::as_slice).unwrap_or(&[]);
     if call.call.is_method() {
         if let Some(ty) = resolve(call.recv_ty, index.fields) {
-            return Cow::Borrowed(index.assoc.get(ty).map(lookup).unwrap_or(&[]));
+            let found = index.assoc.get(ty).map(lookup).unwrap_or(&[]);
+            return imported_type_only(file, ty, found, index);
         }
         let all = lookup(index.methods);
         if all.is_empty() {
@@ -1480,22 +1491,140 @@ fn candidates<'m>(
     };
     if qualifier == "Self" {
         // The caller's impl type; outside an impl, nothing.
-        return Cow::Borrowed(
-            call.fn_idx
-                .and_then(|f| file.facts.fns[f].self_ty.as_deref())
-                .and_then(|ty| index.assoc.get(ty))
-                .map(lookup)
-                .unwrap_or(&[]),
-        );
+        let Some(ty) = call
+            .fn_idx
+            .and_then(|f| file.facts.fns[f].self_ty.as_deref())
+        else {
+            return Cow::Borrowed(&[]);
+        };
+        let found = index.assoc.get(ty).map(lookup).unwrap_or(&[]);
+        return imported_type_only(file, ty, found, index);
     }
     with_ident_str(qualifier, |q| {
-        Cow::Borrowed(if q.starts_with(|c: char| c.is_ascii_uppercase()) {
-            index.assoc.get(q).map(lookup).unwrap_or(&[])
+        if q.starts_with(|c: char| c.is_ascii_uppercase()) {
+            let found = index.assoc.get(q).map(lookup).unwrap_or(&[]);
+            imported_type_only(file, q, found, index)
         } else {
             // `module::f()`, `crate::train::f()`.
-            lookup(index.free)
-        })
+            Cow::Borrowed(lookup(index.free))
+        }
     })
+}
+
+/// Of the functions of types named `ty`, those of the type the file declares or imports, when
+/// structs of that name are declared in several modules (`ctc::CTCLoss` beside an unused
+/// `ctc2::CTCLoss`): `use crate::burn_ext::ctc::CTCLoss;` says which one the file means. Every candidate when the
+/// file imports no such name, or when none of them lies in the module it names (an `impl` in
+/// another module of the type's).
+fn imported_type_only<'m>(
+    file: &CrateFile<'_>,
+    ty: &str,
+    found: &'m [GlobalFn],
+    index: &Index<'m, '_>,
+) -> Cow<'m, [GlobalFn]> {
+    if found.len() < 2 || !index.repeated_types.contains(ty) {
+        return Cow::Borrowed(found);
+    }
+    let here = &index.modules[file.id.0];
+    // The file's own struct of that name, else the one it imports.
+    let module = if file.facts.structs.iter().any(|st| st.name == ty) {
+        here.clone()
+    } else {
+        let Some(&(_, written)) = file.facts.use_paths.iter().find(|(name, _)| *name == ty) else {
+            return Cow::Borrowed(found);
+        };
+        absolute_module(written, here)
+    };
+    let kept: Vec<GlobalFn> = found
+        .iter()
+        .copied()
+        .filter(|&(f, _)| index.modules[f] == module)
+        .collect();
+    if kept.is_empty() {
+        Cow::Borrowed(found)
+    } else {
+        Cow::Owned(kept)
+    }
+}
+
+/// A `use` path's module as a module path from the crate root, read from the module `here`:
+/// `crate::a::b` is `a::b`, `self::b` is `here::b`, `super::b` is `b` beside `here`.
+fn absolute_module(written: &str, here: &str) -> String {
+    let mut parts: Vec<&str> = if here.is_empty() {
+        Vec::new()
+    } else {
+        here.split("::").collect()
+    };
+    let mut rest = written.split("::").peekable();
+    match rest.peek().copied() {
+        Some("crate") => {
+            parts.clear();
+            rest.next();
+        }
+        Some("self") => {
+            rest.next();
+        }
+        Some("super") => {
+            while rest.peek() == Some(&"super") {
+                rest.next();
+                parts.pop();
+            }
+        }
+        // A path from the crate root (2018 edition: a module of the root is in scope there) or
+        // from another crate: taken as written.
+        _ => parts.clear(),
+    }
+    parts.extend(rest);
+    parts.join("::")
+}
+
+/// A file's module path from its crate root: `src/burn_ext/ctc.rs` and `src/burn_ext/ctc/mod.rs`
+/// are `burn_ext::ctc`; `src/lib.rs`, `src/main.rs` and a target's root file are the root (``).
+fn module_path(root: &Path, path: &Path) -> String {
+    let absolute = crate::walk::absolute_path(path);
+    let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
+    let parts: Vec<&str> = relative
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(part) => part.to_str(),
+            _ => None,
+        })
+        .collect();
+    // Below `src/` (its `bin/NAME` too), or an example's, test's or bench's own directory.
+    let skip = match parts.as_slice() {
+        ["src", "bin", _, _, ..] => 3,
+        ["src", ..] => 1,
+        ["examples" | "tests" | "benches", _, _, ..] => 2,
+        _ => return String::new(),
+    };
+    let mut module: Vec<&str> = parts[skip..].to_vec();
+    if let Some(last) = module.pop() {
+        let stem = last.trim_end_matches(".rs");
+        if !matches!(stem, "mod" | "lib" | "main") {
+            module.push(stem);
+        }
+    }
+    module.join("::")
+}
+
+/// The struct names declared in more than one file of the crate.
+fn repeated_type_names<'n>(files: &'n [CrateFile<'_>]) -> std::collections::HashSet<&'n str> {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut repeated = std::collections::HashSet::new();
+    for (fi, file) in files.iter().enumerate() {
+        for st in &file.facts.structs {
+            match first.get(st.name) {
+                None => {
+                    first.insert(st.name, fi);
+                }
+                Some(&other) if other != fi => {
+                    repeated.insert(st.name);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    repeated
 }
 
 /// What the crate's call sites, struct literals or returns agree on so far.
