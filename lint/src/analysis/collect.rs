@@ -204,23 +204,23 @@ impl<'a> Scopes<'a> {
         self.version = version;
     }
 
-    fn lookup_str(&self, name: &str) -> Option<Binding<'a>> {
+    /// The innermost binding whose name `is_named` accepts.
+    fn lookup_by(&self, is_named: impl Fn(&str) -> bool) -> Option<Binding<'a>> {
         self.frames
             .iter()
             .rev()
             .flat_map(|frame| frame.iter().rev())
-            .find(|b| name == b.name)
+            .find(|b| is_named(b.name))
             .copied()
+    }
+
+    fn lookup_str(&self, name: &str) -> Option<Binding<'a>> {
+        self.lookup_by(|b| b == name)
     }
 
     fn lookup(&self, name: &syn::Ident) -> Option<Binding<'a>> {
         // Compared in place (an identifier compares with a `&str` without being formatted).
-        self.frames
-            .iter()
-            .rev()
-            .flat_map(|frame| frame.iter().rev())
-            .find(|b| name == b.name)
-            .copied()
+        self.lookup_by(|b| name == b)
     }
 }
 

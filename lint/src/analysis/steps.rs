@@ -1414,15 +1414,8 @@ impl Hasher for NameHasher {
 /// `Some("examples/x")`, `Some("src/bin/x")`, `Some("tests/x")`, `Some("benches/x")` for the others.
 /// Each target is its own crate: an example cannot call a function of another example.
 fn build_target(root: &Path, path: &Path) -> Option<String> {
-    let absolute = crate::walk::absolute_path(path);
-    let relative = absolute.strip_prefix(root).ok()?;
-    let parts: Vec<&str> = relative
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(part) => part.to_str(),
-            _ => None,
-        })
-        .collect();
+    let parts = package_parts(root, path)?;
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let stem = |part: &str| part.trim_end_matches(".rs").to_string();
     match parts.as_slice() {
         ["examples" | "tests" | "benches", first, ..] => {
@@ -1581,15 +1574,10 @@ fn absolute_module(written: &str, here: &str) -> String {
 /// A file's module path from its crate root: `src/burn_ext/ctc.rs` and `src/burn_ext/ctc/mod.rs`
 /// are `burn_ext::ctc`; `src/lib.rs`, `src/main.rs` and a target's root file are the root (``).
 fn module_path(root: &Path, path: &Path) -> String {
-    let absolute = crate::walk::absolute_path(path);
-    let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
-    let parts: Vec<&str> = relative
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(part) => part.to_str(),
-            _ => None,
-        })
-        .collect();
+    let Some(parts) = package_parts(root, path) else {
+        return String::new();
+    };
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     // Below `src/` (its `bin/NAME` too), or an example's, test's or bench's own directory.
     let skip = match parts.as_slice() {
         ["src", "bin", _, _, ..] => 3,
@@ -1605,6 +1593,22 @@ fn module_path(root: &Path, path: &Path) -> String {
         }
     }
     module.join("::")
+}
+
+/// The names of a file's path below its package's root (`["src", "burn_ext", "ctc.rs"]`); `None`
+/// for a file outside it.
+fn package_parts(root: &Path, path: &Path) -> Option<Vec<String>> {
+    let absolute = crate::walk::absolute_path(path);
+    let relative = absolute.strip_prefix(root).ok()?;
+    Some(
+        relative
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(part) => part.to_str().map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+    )
 }
 
 /// The struct names declared in more than one file of the crate.
