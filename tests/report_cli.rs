@@ -39,6 +39,14 @@ fn stdout(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// Runs a command perfkit must refuse (exit status 2): its stdout and stderr.
+fn refused(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().expect("run perfkit");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
 #[test]
 fn report_writes_every_format_and_prints_the_summary() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -469,17 +477,12 @@ fn report_never_replaces_a_report_the_user_wrote_or_edited_since() {
     assert!(proj.join(".perfkit-run").is_file());
     std::fs::remove_file(proj.join("summary.md")).expect("rm");
     std::fs::write(proj.join("summary.md"), "# my notes\n").expect("write");
-    let out = perfkit(&proj)
-        .args(["report", "train-1.pktrace", "--format", "md"])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (out, err) = refused(perfkit(&proj).args(["report", "train-1.pktrace", "--format", "md"]));
     assert!(
         err.contains("already holds `./summary.md`, which perfkit did not write or cannot prove"),
         "{err}"
     );
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"));
+    assert!(!out.contains("wrote"));
     assert_eq!(
         std::fs::read_to_string(proj.join("summary.md")).expect("read"),
         "# my notes\n"
@@ -489,12 +492,8 @@ fn report_never_replaces_a_report_the_user_wrote_or_edited_since() {
     let mut edited = std::fs::read_to_string(&html).expect("read");
     edited.push_str("<!-- my note -->\n");
     std::fs::write(&html, &edited).expect("write");
-    let out = perfkit(&proj)
-        .args(["report", "train-1.pktrace", "--format", "html,json"])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (_, err) =
+        refused(perfkit(&proj).args(["report", "train-1.pktrace", "--format", "html,json"]));
     assert!(err.contains("report.html"), "{err}");
     assert!(
         !err.contains("summary.json"),
@@ -521,12 +520,7 @@ fn a_copied_or_older_marker_proves_nothing() {
     )
     .expect("copy");
     std::fs::write(mine.join("report.html"), "<p>my own report</p>\n").expect("write");
-    let out = perfkit(tmp.path())
-        .args(["report", "tuned", "--out", "mine"])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (_, err) = refused(perfkit(tmp.path()).args(["report", "tuned", "--out", "mine"]));
     assert!(err.contains("mine/report.html"), "{err}");
     assert_eq!(
         std::fs::read_to_string(mine.join("report.html")).expect("read"),
@@ -535,12 +529,8 @@ fn a_copied_or_older_marker_proves_nothing() {
     assert!(!mine.join("summary.json").exists(), "nothing is written");
     // An older perfkit's marker: its first two lines only.
     std::fs::write(mine.join(".perfkit-run"), "perfkit run directory\npid 1\n").expect("write");
-    let out = perfkit(tmp.path())
-        .args(["report", "tuned", "--out", "mine", "--format", "html"])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (_, err) =
+        refused(perfkit(tmp.path()).args(["report", "tuned", "--out", "mine", "--format", "html"]));
     for said in [
         "mine/report.html",
         "older perfkit",
