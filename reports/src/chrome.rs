@@ -32,6 +32,8 @@ pub struct ChromeWriter<W: Write> {
     line: Vec<u8>,
     /// JSON strings of source locations, by line then file.
     sources: HashMap<u32, Vec<SourceJson>>,
+    /// Why the run is incomplete (see [`ChromeWriter::set_incomplete`]); empty when it is not.
+    incomplete: Vec<String>,
 }
 
 /// A source file and the JSON string of `file:line`.
@@ -138,6 +140,7 @@ impl<W: Write> ChromeWriter<W> {
             pending: HashMap::new(),
             line: Vec::with_capacity(512),
             sources: HashMap::new(),
+            incomplete: Vec::new(),
         })
     }
 
@@ -411,11 +414,29 @@ impl<W: Write> ChromeWriter<W> {
         }
     }
 
+    /// Labels the trace as the trace of an incomplete run: a global instant event at the start,
+    /// which trace viewers draw across every track, and `otherData.perfkit_incomplete` with the
+    /// reasons.
+    pub fn set_incomplete(&mut self, reasons: &[String]) {
+        self.incomplete = reasons.to_vec();
+    }
+
     /// Ends the document and returns the writer.
     pub fn finish(mut self) -> std::io::Result<W> {
         self.end_process();
         if let Some(e) = self.err.take() {
             return Err(e);
+        }
+        if !self.incomplete.is_empty() {
+            let label = serde_json::json!({
+                "ph": "i", "s": "g", "ts": 0, "pid": 0, "tid": 0,
+                "name": "perfkit: INCOMPLETE run, some time is missing (see summary.json)",
+                "args": { "reasons": self.incomplete },
+            });
+            let other = serde_json::json!({ "perfkit_incomplete": self.incomplete });
+            write!(self.w, ",\n{label}\n],\"otherData\":{other}}}\n")?;
+            self.w.flush()?;
+            return Ok(self.w);
         }
         self.w.write_all(b"\n]}\n")?;
         self.w.flush()?;

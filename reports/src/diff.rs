@@ -820,7 +820,12 @@ pub fn differential_flamegraphs(base: &Run, new: &Run) -> Result<Vec<(FlameKind,
             continue;
         }
         let mut svg = Vec::new();
-        flame::write_differential_svg(&b, &n, title, &mut svg)?;
+        let title = if base.incomplete.is_empty() && new.incomplete.is_empty() {
+            title.to_string()
+        } else {
+            format!("{title}{}", flame::INCOMPLETE_TITLE)
+        };
+        flame::write_differential_svg(&b, &n, &title, &mut svg)?;
         out.push((kind, svg));
     }
     Ok(out)

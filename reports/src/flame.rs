@@ -105,6 +105,13 @@ pub fn add_stacks(
 }
 
 /// Writes folded lines.
+/// The frame that labels the folded stacks of an incomplete run (a stack of its own, 1 ns).
+pub const INCOMPLETE_FRAME: &str =
+    "[perfkit: INCOMPLETE run, some time is missing; see summary.json]";
+
+/// What the title of a flamegraph of an incomplete run ends with.
+pub const INCOMPLETE_TITLE: &str = " - INCOMPLETE run: some time is missing (see summary.json)";
+
 pub fn write_folded(stacks: &BTreeMap<String, u64>, mut w: impl Write) -> std::io::Result<()> {
     for (stack, count) in stacks {
         writeln!(w, "{stack} {count}")?;

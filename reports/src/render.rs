@@ -166,6 +166,12 @@ fn write_others(
     options: &RenderOptions,
     written: &mut Vec<(Format, PathBuf)>,
 ) -> Result<()> {
+    // An incomplete run (a trace cut short, damaged or unreadable, or a program that did not
+    // end normally) is labelled in every file, not only in the summaries.
+    let mut incomplete = analysis.incomplete_reasons();
+    if let Some(core) = &options.core {
+        incomplete.extend(core.run.incomplete_reasons.iter().cloned());
+    }
     for format in Format::ALL.iter().filter(|f| formats.contains(f)) {
         match format {
             Format::Json | Format::Md => {}
@@ -173,7 +179,13 @@ fn write_others(
                 for kind in [FlameKind::Host, FlameKind::Gpu] {
                     let p = out_dir.join(format!("stacks-{}.folded", kind.as_str()));
                     let mut w = create(&p)?;
-                    flame::write_folded(&flame::folded(&analysis.processes, kind), &mut w)
+                    let mut stacks = flame::folded(&analysis.processes, kind);
+                    // Folded stacks have no comments: the label is a frame of its own, one
+                    // nanosecond wide, that every tool drawing them shows.
+                    if !incomplete.is_empty() {
+                        stacks.insert(flame::INCOMPLETE_FRAME.to_string(), 1);
+                    }
+                    flame::write_folded(&stacks, &mut w)
                         .and_then(|()| w.flush())
                         .map_err(|e| Error::io(&p, e))?;
                     written.push((*format, p));
@@ -181,11 +193,14 @@ fn write_others(
             }
             Format::Svg => {
                 // Stacks cut at the depth limit: the titles say so (the marker frame shows where).
-                let cut = if analysis.processes.iter().any(|p| p.deepest_stack.is_some()) {
+                let mut cut = if analysis.processes.iter().any(|p| p.deepest_stack.is_some()) {
                     format!(" (stacks cut at {} frames)", crate::ingest::MAX_STACK_DEPTH)
                 } else {
                     String::new()
                 };
+                if !incomplete.is_empty() {
+                    cut.push_str(flame::INCOMPLETE_TITLE);
+                }
                 for (kind, title) in [
                     (FlameKind::Host, "Host wall time by span stack"),
                     (FlameKind::Gpu, "GPU time by issuing host span stack"),
@@ -208,6 +223,7 @@ fn write_others(
                 }
                 let p = out_dir.join("trace.chrome.json");
                 let mut chrome = ChromeWriter::new(create(&p)?).map_err(|e| Error::io(&p, e))?;
+                chrome.set_incomplete(&incomplete);
                 for (i, (proc_, file)) in analysis.processes.iter().zip(&analysis.files).enumerate()
                 {
                     chrome.begin_process(i, proc_);

@@ -342,3 +342,53 @@ fn a_fifo_given_as_a_trace_or_summary_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// A trace cut short makes an incomplete run: every output says so, not only the summaries (the
+/// folded stacks with a labelled frame of their own, the flamegraphs in their titles, the Chrome
+/// trace with a global marker and `otherData`).
+#[test]
+fn an_incomplete_run_is_labelled_in_every_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let whole = nested_chain(8);
+    // Cut in the middle of the records: the trace lacks its end.
+    let trace = write(dir.path(), "cut.pktrace", &whole[..whole.len() * 2 / 3]);
+    let a = analyze_path(&trace, &AnalyzeOptions::default()).expect("analyze");
+    assert!(!a.incomplete_reasons().is_empty());
+    let out = dir.path().join("out");
+    render::write_all(&a, &out, &Format::ALL, &[], &RenderOptions::default()).expect("render");
+    let folded = read(&out.join("stacks-host.folded"));
+    assert!(
+        folded
+            .lines()
+            .any(|l| l == format!("{} 1", perfkit_reports::flame::INCOMPLETE_FRAME)),
+        "{folded}"
+    );
+    for svg in ["flamegraph-host.svg", "flamegraph-gpu.svg"] {
+        assert!(read(&out.join(svg)).contains("INCOMPLETE run"), "{svg}");
+    }
+    let chrome: serde_json::Value =
+        serde_json::from_str(&read(&out.join("trace.chrome.json"))).expect("chrome JSON");
+    assert!(
+        !chrome["otherData"]["perfkit_incomplete"]
+            .as_array()
+            .expect("reasons")
+            .is_empty()
+    );
+    assert!(
+        chrome["traceEvents"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|e| e["s"] == "g" && e["name"].as_str().is_some_and(|n| n.contains("INCOMPLETE")))
+    );
+    assert!(read(&out.join("report.html")).contains("ncomplete"));
+
+    // A complete run carries none of these labels.
+    let fine = write(dir.path(), "fine.pktrace", &whole);
+    let a = analyze_path(&fine, &AnalyzeOptions::default()).expect("analyze");
+    let out = dir.path().join("fine");
+    render::write_all(&a, &out, &Format::ALL, &[], &RenderOptions::default()).expect("render");
+    assert!(!read(&out.join("stacks-host.folded")).contains("INCOMPLETE"));
+    assert!(!read(&out.join("flamegraph-host.svg")).contains("INCOMPLETE"));
+    assert!(!read(&out.join("trace.chrome.json")).contains("INCOMPLETE"));
+}
