@@ -820,6 +820,39 @@ impl<'a> PyContext<'a> {
         }))
     }
 
+    /// What a call of one function of the package returns: a tensor when every `return` of it
+    /// gives one (by binding, in the function's own scope), else nothing known. A generator
+    /// returns a generator, and a name several functions define says nothing.
+    fn returned_kind(
+        &self,
+        file: usize,
+        call: &ruff_python_ast::ExprCall,
+        depth: usize,
+    ) -> ValueKind {
+        let Some(recorded) = self.call_of(file, call) else {
+            return ValueKind::Unknown;
+        };
+        let targets = self.targets(file, recorded);
+        let [(g, gi)] = targets.as_slice() else {
+            return ValueKind::Unknown;
+        };
+        let function = &self.units[*g].facts.fns[*gi];
+        if function.generator {
+            return ValueKind::Unknown;
+        }
+        let returns = function.returns();
+        if !returns.is_empty()
+            && returns.iter().all(|r| {
+                self.value_kind_depth(*g, Some(*gi), r, r.start().to_usize(), depth + 1, false)
+                    .is_tensor()
+            })
+        {
+            ValueKind::Tensor
+        } else {
+            ValueKind::Unknown
+        }
+    }
+
     /// The generators of the package that `next(it)` runs: `it` bound to a call of one.
     fn generator_targets(&self, file: usize, call: &PyCall<'a>) -> Targets {
         let Some(arg @ Expr::Name(_)) = call.call.arguments.args.first() else {
@@ -1903,6 +1936,11 @@ impl<'a> PyContext<'a> {
                         || bound.ends_with("Loss"))
                 {
                     return ValueKind::Graph;
+                }
+                // A function of the package whose every `return` gives a tensor
+                // (`def sample(logits): return torch.multinomial(..)`).
+                if let Expr::Name(_) = &*call.func {
+                    return self.returned_kind(file, call, depth);
                 }
                 ValueKind::Unknown
             }

@@ -291,6 +291,46 @@ fn readback(cx: &CrateContext<'_>, file: FileId, call: &CallFact<'_>) -> Option<
     Some(call.shown())
 }
 
+/// Whether a value is a tensor already copied to the host: `t.cpu()`, `t.to("cpu")`, `t.numpy()`,
+/// or what a method computes from one (`host.float().max()`), through subscripts and the
+/// bindings of names.
+fn on_host(
+    cx: &PyContext<'_>,
+    file: usize,
+    fn_idx: Option<usize>,
+    expr: &PyExpr,
+    offset: usize,
+    depth: usize,
+) -> bool {
+    if depth > 4 {
+        return false;
+    }
+    match expr {
+        PyExpr::Subscript(sub) => on_host(cx, file, fn_idx, &sub.value, offset, depth + 1),
+        PyExpr::Name(_) => cx
+            .binding(file, fn_idx, expr, offset)
+            .filter(|a| !a.loop_target)
+            .is_some_and(|a| on_host(cx, file, a.fn_idx, a.value, a.at, depth + 1)),
+        PyExpr::Call(c) => {
+            let PyExpr::Attribute(attr) = &*c.func else {
+                return false;
+            };
+            let args = &c.arguments;
+            match attr.attr.as_str() {
+                "cpu" | "numpy" => args.is_empty(),
+                "to" => {
+                    args.args.len() == 1
+                        && cx.device_of(file, fn_idx, &args.args[0], offset) == Device::Cpu
+                }
+                "cuda" | "to_device" | "pin_memory" => false,
+                // Any other method of a host tensor computes on the host (`host.float().max()`).
+                _ => on_host(cx, file, fn_idx, &attr.value, offset, depth + 1),
+            }
+        }
+        _ => false,
+    }
+}
+
 /// PK101's Python form: `.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `float(t)`/`int(t)`/`bool(t)`,
 /// `print(t)` of a tensor, `t.to("cpu")` in a step loop.
 fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
@@ -552,6 +592,11 @@ fn python_readback(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option
             {
                 return Some(".cpu().numpy()".into());
             }
+            return None;
+        }
+        // A tensor copied to the host earlier (`x = out.to("cpu")`, then `x[i].tolist()`): the
+        // readback was the copy, reported there.
+        if on_host(cx, file, call.fn_idx, recv, call.start, 0) {
             return None;
         }
         return match method {
