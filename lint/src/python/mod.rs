@@ -45,6 +45,9 @@ pub struct PyFile {
     pub(crate) comments: Vec<TextRange>,
     /// Byte offset of the start of each line (computed when first needed).
     line_starts: OnceLock<Vec<usize>>,
+    /// Whether the text is ASCII: a column is then a byte count, found without counting the
+    /// characters before it (a generated line with thousands of findings made that quadratic).
+    ascii: OnceLock<bool>,
     /// Test code as a whole: `test_*.py`, `*_test.py`, `conftest.py`, or under a `tests/` directory.
     pub test_file: bool,
     /// For a notebook (`.ipynb`): where its code cells lie in `source`.
@@ -147,6 +150,7 @@ impl PyFile {
             module: parsed.into_syntax(),
             comments,
             line_starts: OnceLock::new(),
+            ascii: OnceLock::new(),
             test_file,
             notebook,
         }
@@ -230,6 +234,9 @@ impl PyFile {
     fn line_col(&self, offset: usize) -> (usize, usize) {
         let line = self.line_of(offset);
         let start = self.line_starts()[line - 1];
+        if *self.ascii.get_or_init(|| self.source.is_ascii()) && offset <= self.source.len() {
+            return (line, offset.saturating_sub(start) + 1);
+        }
         let column = self
             .source
             .get(start..offset)
