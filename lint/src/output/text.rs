@@ -89,7 +89,12 @@ pub fn render_diagnostic(
                 region.end_column,
             );
             let text = &source.text[excerpt.bytes.clone()];
-            if !has_line_longer_than(text, MAX_SNIPPET_LINE) {
+            let long = if region.line == region.end_line {
+                text.len() > MAX_SNIPPET_LINE
+            } else {
+                has_line_longer_than(text, MAX_SNIPPET_LINE)
+            };
+            if !long {
                 elements.push(
                     Snippet::source(text)
                         .line_start(excerpt.first_line)
@@ -160,7 +165,8 @@ const MAX_SNIPPET_LINE: usize = 1024;
 
 /// Whether a line of `text` is longer than `max` bytes.
 fn has_line_longer_than(text: &str, max: usize) -> bool {
-    text.split('\n').any(|line| line.len() > max)
+    // A text no longer than `max` has no longer line: most excerpts end here, without a scan.
+    text.len() > max && text.split('\n').any(|line| line.len() > max)
 }
 
 /// A window cut out of a text around a span (see [`window_around`]).
@@ -183,9 +189,14 @@ impl Window {
 /// A window of `text` around `span`, within the span's lines, [`FIX_CONTEXT`] bytes on each side,
 /// marked with `…` where it cuts a line.
 fn window_around(text: &str, span: Range<usize>) -> Window {
-    let line_start = text[..span.start].rfind('\n').map_or(0, |at| at + 1);
-    let line_end = text[span.end..]
-        .find('\n')
+    // The line breaks are looked for within the window's reach only: a generated line of a
+    // megabyte is not searched end to end for each of its findings.
+    let bytes = text.as_bytes();
+    let reach_back = span.start.saturating_sub(FIX_CONTEXT + 1);
+    let line_start =
+        memchr::memrchr(b'\n', &bytes[reach_back..span.start]).map_or(0, |at| reach_back + at + 1);
+    let reach_on = (span.end + FIX_CONTEXT + 1).min(text.len());
+    let line_end = memchr::memchr(b'\n', &bytes[span.end.min(reach_on)..reach_on])
         .map_or(text.len(), |at| span.end + at);
     let mut from = span.start.saturating_sub(FIX_CONTEXT).max(line_start);
     while !text.is_char_boundary(from) {
@@ -352,6 +363,9 @@ fn plural(count: usize, word: &str) -> String {
 pub struct SourceText {
     text: String,
     line_starts: Vec<usize>,
+    /// The text is ASCII: a column is a byte count (no walk over the characters before it, which
+    /// made thousands of findings on one generated line quadratic).
+    ascii: bool,
 }
 
 /// A run of whole lines of a [`SourceText`].
@@ -366,13 +380,23 @@ impl SourceText {
     pub fn new(text: String) -> SourceText {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(at, _)| at + 1));
-        SourceText { text, line_starts }
+        let ascii = text.is_ascii();
+        SourceText {
+            text,
+            line_starts,
+            ascii,
+        }
     }
 
     /// Indexes Python `text` by line: a lone `\r` ends a line too, as Python reads it.
     pub fn python(text: String) -> SourceText {
         let line_starts = crate::python::line_starts(&text);
-        SourceText { text, line_starts }
+        let ascii = text.is_ascii();
+        SourceText {
+            text,
+            line_starts,
+            ascii,
+        }
     }
 
     /// Lines `first..=last` (1-based) without the final line break; `None` when `first` is not a line of
@@ -419,11 +443,18 @@ impl SourceText {
             return self.text.len();
         };
         let line_text = self.line_text(line).unwrap_or("");
-        start
-            + line_text
-                .char_indices()
-                .nth(column.saturating_sub(1))
-                .map_or(line_text.len(), |(at, _)| at)
+        start + self.column_offset(line_text, column)
+    }
+
+    /// The byte offset in `line_text` of 1-based character `column` (its end when past it).
+    fn column_offset(&self, line_text: &str, column: usize) -> usize {
+        if self.ascii {
+            return column.saturating_sub(1).min(line_text.len());
+        }
+        line_text
+            .char_indices()
+            .nth(column.saturating_sub(1))
+            .map_or(line_text.len(), |(at, _)| at)
     }
 
     /// The 1-based (line, column) of byte `offset`, the column in characters.
@@ -432,7 +463,12 @@ impl SourceText {
         let line = self.line_of(offset);
         let start = self.line_starts[line - 1];
         let before = self.text.get(start..offset).unwrap_or("");
-        (line, before.chars().count() + 1)
+        let column = if self.ascii {
+            before.len()
+        } else {
+            before.chars().count()
+        };
+        (line, column + 1)
     }
 
     /// The 1-based line that holds byte `offset`.
@@ -487,11 +523,7 @@ impl SourceText {
             .line_text(line)
             .filter(|line_text| line_text.len() <= rest.len())
             .unwrap_or(rest);
-        let within = line_text
-            .char_indices()
-            .nth(column.saturating_sub(1))
-            .map_or(line_text.len(), |(at, _)| at);
-        relative + within
+        relative + self.column_offset(line_text, column)
     }
 }
 
