@@ -836,6 +836,11 @@ impl<'a> PyContext<'a> {
         call: &ruff_python_ast::ExprCall,
         depth: usize,
     ) -> ValueKind {
+        // Followed two functions deep at most: each level asks every `return` of the function,
+        // and functions returning each other's values would multiply the questions.
+        if depth > 2 {
+            return ValueKind::Unknown;
+        }
         let Some(recorded) = self.call_of(file, call) else {
             return ValueKind::Unknown;
         };
