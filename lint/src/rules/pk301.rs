@@ -96,8 +96,15 @@ impl Rule for LoaderWithoutWorkers {
                      in the background while the step runs",
                 )),
                 Some((method, args)) => {
-                    let Some(n) = args.first().and_then(int_literal) else {
-                        // Not a literal: trust the configuration.
+                    let literal = args.first().and_then(int_literal);
+                    // `.num_workers(config.num_workers)`: the configuration's own default
+                    // (`#[config(default = 1)]`), when the crate declares one.
+                    let configured = match literal {
+                        Some(_) => None,
+                        None => args.first().and_then(|arg| configured_default(cx, arg)),
+                    };
+                    let Some(n) = literal.or(configured.as_ref().map(|c| c.value)) else {
+                        // Not a literal, nor a field with a default: trust the configuration.
                         continue;
                     };
                     if n > 1 {
@@ -109,17 +116,75 @@ impl Rule for LoaderWithoutWorkers {
                     } else {
                         "data loader is built with a single worker thread"
                     };
-                    out.push(Finding::new(
+                    let mut finding = Finding::new(
                         chain.file,
                         cx.region(method.span()),
                         message,
                         "use several workers (e.g. `num_workers(8)` or the number of CPU cores) so \
                          batches are ready when the step asks for them",
-                    ));
+                    );
+                    if let Some(c) = configured {
+                        finding = finding.with_note(format!(
+                            "the worker count is the configuration's `{}`, whose default is {} \
+                             (declared at {})",
+                            c.field, c.value, c.at
+                        ));
+                    }
+                    out.push(finding);
                 }
             }
         }
     }
+}
+
+/// A configuration field's declared default (`#[config(default = 1)] pub num_workers: usize`).
+struct ConfiguredDefault {
+    field: String,
+    value: u64,
+    /// `path:line` of the default.
+    at: String,
+}
+
+/// The default of the configuration field a worker-count argument reads (`config.num_workers`,
+/// `self.config.workers`): the crate's struct fields of that name with an integer default
+/// attribute, when they all agree.
+fn configured_default(cx: &CrateContext<'_>, arg: &Expr) -> Option<ConfiguredDefault> {
+    let Expr::Field(field) = arg else {
+        return None;
+    };
+    let syn::Member::Named(name) = &field.member else {
+        return None;
+    };
+    let mut found: Option<ConfiguredDefault> = None;
+    for file in cx.files() {
+        for item in &file.ast().items {
+            let syn::Item::Struct(st) = item else {
+                continue;
+            };
+            for f in &st.fields {
+                if f.ident.as_ref() != Some(name) {
+                    continue;
+                }
+                let Some((span, value)) = f.attrs.iter().find_map(super::pk502::attr_default)
+                else {
+                    continue;
+                };
+                let at = format!("{}:{}", file.path().display(), cx.region(span).line);
+                match &found {
+                    Some(other) if other.value != value => return None,
+                    Some(_) => {}
+                    None => {
+                        found = Some(ConfiguredDefault {
+                            field: name.to_string(),
+                            value,
+                            at,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    found
 }
 
 /// Whether the crate trains: one of its functions makes a training step (a step marker in it or

@@ -281,42 +281,45 @@ impl NamedFinder {
 
     /// `#[config(default = 8)]`, `#[arg(long, default_value_t = 8)]`, `#[arg(default_value = "8")]`.
     fn default_attr(&mut self, attr: &syn::Attribute) {
-        let Some(last) = attr.path().segments.last() else {
-            return;
-        };
-        let known = ["config", "arg", "clap", "structopt", "argh", "option"]
-            .iter()
-            .any(|name| last.ident == name);
-        if !known {
-            return;
-        }
-        let Ok(metas) = attr.parse_args_with(Punctuated::<syn::Meta, Token![,]>::parse_terminated)
-        else {
-            return;
-        };
-        for meta in metas {
-            let syn::Meta::NameValue(nv) = meta else {
-                continue;
-            };
-            let is_default = ["default", "default_value_t", "default_value"]
-                .iter()
-                .any(|name| nv.path.is_ident(name));
-            if !is_default {
-                continue;
-            }
-            match &nv.value {
-                Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => {
-                    if let Ok(value) = s.value().trim().parse::<u64>() {
-                        self.found.push((s.span(), value, false));
-                    }
-                }
-                value => self.literal(value),
-            }
+        if let Some((span, value)) = attr_default(attr) {
+            self.found.push((span, value, false));
         }
     }
+}
+
+/// The integer default a field's attribute gives it, with the literal's span: burn's
+/// `#[config(default = 8)]`, clap's `#[arg(long, default_value_t = 8)]` or
+/// `#[arg(default_value = "8")]` (structopt, argh and `option` likewise).
+pub(super) fn attr_default(attr: &syn::Attribute) -> Option<(Span, u64)> {
+    let last = attr.path().segments.last()?;
+    let known = ["config", "arg", "clap", "structopt", "argh", "option"]
+        .iter()
+        .any(|name| last.ident == name);
+    if !known {
+        return None;
+    }
+    let metas = attr
+        .parse_args_with(Punctuated::<syn::Meta, Token![,]>::parse_terminated)
+        .ok()?;
+    for meta in metas {
+        let syn::Meta::NameValue(nv) = meta else {
+            continue;
+        };
+        let is_default = ["default", "default_value_t", "default_value"]
+            .iter()
+            .any(|name| nv.path.is_ident(name));
+        if !is_default {
+            continue;
+        }
+        return match &nv.value {
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => s.value().trim().parse::<u64>().ok().map(|v| (s.span(), v)),
+            value => int_literal(value).map(|v| (value.span(), v)),
+        };
+    }
+    None
 }
 
 impl<'ast> Visit<'ast> for NamedFinder {
