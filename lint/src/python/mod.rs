@@ -1912,6 +1912,20 @@ impl<'a> PyContext<'a> {
                     if names::HOST_VALUE_METHODS.contains(&method) {
                         return ValueKind::Host;
                     }
+                    if names::TENSOR_ONLY_METHODS.contains(&method) {
+                        // A model's output keeps its graph through them.
+                        return match self.value_kind_depth(
+                            file,
+                            fn_idx,
+                            &attr.value,
+                            offset,
+                            depth + 1,
+                            by_name,
+                        ) {
+                            ValueKind::Graph => ValueKind::Graph,
+                            _ => ValueKind::Tensor,
+                        };
+                    }
                     if names::is_grad_norm_callee(method) {
                         return ValueKind::Tensor;
                     }

@@ -52,6 +52,27 @@ pub const HOST_VALUE_METHODS: &[&str] = &[
     "data_ptr",
 ];
 
+/// Methods that only a tensor has (no NumPy array, list, string or dict has them): whatever
+/// their receiver, their value is a tensor (`z = z.permute(0, 2, 3, 1).contiguous()`).
+pub const TENSOR_ONLY_METHODS: &[&str] = &[
+    "permute",
+    "contiguous",
+    "unsqueeze",
+    "unsqueeze_",
+    "masked_fill",
+    "masked_fill_",
+    "type_as",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "new_empty",
+    "new_tensor",
+    "narrow",
+    "unflatten",
+    "log_softmax",
+    "repeat_interleave",
+];
+
 /// Whether a dotted callee is a `torch` function (`torch.zeros`, `torch.nn.functional.mse_loss`,
 /// `F.relu`).
 pub fn is_torch_function(path: &str) -> bool {
