@@ -894,7 +894,8 @@ impl<'a> PyContext<'a> {
         )
     }
 
-    /// The recorded call of `file` that is the call expression `expr`.
+    /// The recorded call of `file` that is the call expression `expr`. Calls are listed in
+    /// visiting order, nearly by offset, so the search looks around `expr`'s offset only.
     pub fn call_of(&self, file: usize, expr: &ruff_python_ast::ExprCall) -> Option<&'a PyCall<'a>> {
         let calls = &self.units[file].facts.calls;
         let start = expr.start().to_usize();
@@ -1896,15 +1897,11 @@ impl<'a> PyContext<'a> {
                 let path = facts::dotted(&call.func).unwrap_or_default();
                 if let Expr::Attribute(attr) = &*call.func {
                     let method = attr.attr.as_str();
+                    let receiver = || {
+                        self.value_kind_depth(file, fn_idx, &attr.value, offset, depth + 1, by_name)
+                    };
                     if names::DETACHING_METHODS.contains(&method) {
-                        return match self.value_kind_depth(
-                            file,
-                            fn_idx,
-                            &attr.value,
-                            offset,
-                            depth + 1,
-                            by_name,
-                        ) {
+                        return match receiver() {
                             ValueKind::Graph | ValueKind::Tensor => ValueKind::Tensor,
                             other => other,
                         };
@@ -1914,14 +1911,7 @@ impl<'a> PyContext<'a> {
                     }
                     if names::TENSOR_ONLY_METHODS.contains(&method) {
                         // A model's output keeps its graph through them.
-                        return match self.value_kind_depth(
-                            file,
-                            fn_idx,
-                            &attr.value,
-                            offset,
-                            depth + 1,
-                            by_name,
-                        ) {
+                        return match receiver() {
                             ValueKind::Graph => ValueKind::Graph,
                             _ => ValueKind::Tensor,
                         };
@@ -1932,14 +1922,7 @@ impl<'a> PyContext<'a> {
                     if names::is_torch_function(&path) {
                         return names::torch_function_kind(&path);
                     }
-                    let recv = self.value_kind_depth(
-                        file,
-                        fn_idx,
-                        &attr.value,
-                        offset,
-                        depth + 1,
-                        by_name,
-                    );
+                    let recv = receiver();
                     if recv.is_tensor() {
                         return recv;
                     }

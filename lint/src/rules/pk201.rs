@@ -969,12 +969,7 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         }
         // A helper of the package that returns a CPU tensor: `make_mask(n).cuda()`.
         if let PyExpr::Call(inner) = recv {
-            // The receiver call is recorded next to the call on it (calls are listed in visiting
-            // order, nearly by offset), so the search is short.
-            let calls = &cx.units[file].facts.calls;
-            let at = calls.partition_point(|c| c.start < call.start);
-            let window = &calls[at.saturating_sub(64)..(at + 64).min(calls.len())];
-            let Some(helper) = window.iter().find(|c| std::ptr::eq(c.call, inner)) else {
+            let Some(helper) = cx.call_of(file, inner) else {
                 continue;
             };
             for (g, gi) in cx.targets(file, helper) {
