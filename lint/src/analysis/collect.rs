@@ -1548,14 +1548,20 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// The 1-based line and column (in characters) of a byte offset of the source.
-    fn line_column(&mut self, offset: usize) -> (usize, usize) {
+    /// The byte offset of each line of the source, worked out once.
+    fn line_starts(&mut self) -> &[usize] {
         let source = self.source;
-        let starts = self.line_starts.get_or_insert_with(|| {
+        self.line_starts.get_or_insert_with(|| {
             std::iter::once(0)
                 .chain(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1))
                 .collect()
-        });
+        })
+    }
+
+    /// The 1-based line and column (in characters) of a byte offset of the source.
+    fn line_column(&mut self, offset: usize) -> (usize, usize) {
+        let source = self.source;
+        let starts = self.line_starts();
         let line = starts.partition_point(|&s| s <= offset).max(1);
         let start = starts[line - 1];
         let column = source
@@ -1580,11 +1586,7 @@ impl<'a> Collector<'a> {
     /// The byte offset of a line and column, when the line is ASCII up to the column.
     fn byte_offset(&mut self, at: proc_macro2::LineColumn) -> Option<usize> {
         let source = self.source;
-        let starts = self.line_starts.get_or_insert_with(|| {
-            std::iter::once(0)
-                .chain(memchr::memchr_iter(b'\n', source.as_bytes()).map(|i| i + 1))
-                .collect()
-        });
+        let starts = self.line_starts();
         let start = *starts.get(at.line.checked_sub(1)?)?;
         let before = source.as_bytes().get(start..start + at.column)?;
         before.is_ascii().then_some(start + at.column)
