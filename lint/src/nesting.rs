@@ -158,19 +158,13 @@ pub(crate) fn code_bracket_too_deep(bytes: &[u8], limit: usize) -> Option<usize>
     let mut i = 0usize;
     while i < len {
         let start = i;
+        if let Some(end) = skip_text(bytes, start) {
+            i = end;
+            continue;
+        }
         let b = bytes[i];
         i += 1;
         match b {
-            b'/' if bytes.get(i) == Some(&b'/') => {
-                i = memchr::memchr(b'\n', &bytes[i..]).map_or(len, |n| i + n);
-            }
-            b'/' if bytes.get(i) == Some(&b'*') => i = skip_block_comment(bytes, start),
-            b'"' => i = skip_string(bytes, i, raw_hashes(bytes, start)),
-            b'\'' => {
-                if let Some(end) = char_literal_end(bytes, start) {
-                    i = end;
-                }
-            }
             b'(' | b'[' | b'{' => {
                 depth += 1;
                 if depth > limit {
@@ -182,6 +176,20 @@ pub(crate) fn code_bracket_too_deep(bytes: &[u8], limit: usize) -> Option<usize>
         }
     }
     None
+}
+
+/// Where a comment, or a string, raw string or character literal, that starts at `at` ends (the
+/// index after it); `None` when none starts there (a lifetime is no literal).
+pub(crate) fn skip_text(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes[at] {
+        b'/' if bytes.get(at + 1) == Some(&b'/') => {
+            Some(memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n))
+        }
+        b'/' if bytes.get(at + 1) == Some(&b'*') => Some(skip_block_comment(bytes, at)),
+        b'"' => Some(skip_string(bytes, at + 1, raw_hashes(bytes, at))),
+        b'\'' => char_literal_end(bytes, at),
+        _ => None,
+    }
 }
 
 /// The number of `#` of a raw string whose `"` is at `quote` (`r#"..."#`, `br"..."`), or `None`

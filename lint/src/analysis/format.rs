@@ -205,10 +205,11 @@ fn skip_blank(text: &str, mut at: usize) -> usize {
     while at < bytes.len() {
         if bytes[at].is_ascii_whitespace() {
             at += 1;
-        } else if bytes[at..].starts_with(b"//") {
-            at = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
-        } else if bytes[at..].starts_with(b"/*") {
-            at = memchr::memmem::find(&bytes[at + 2..], b"*/").map_or(bytes.len(), |n| at + n + 4);
+        } else if bytes[at] == b'/'
+            && let Some(end) = crate::nesting::skip_text(bytes, at)
+        {
+            // A comment.
+            at = end;
         } else {
             break;
         }
@@ -246,51 +247,17 @@ fn split_args(text: &str) -> Vec<(usize, usize)> {
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
+        // Comments, string, raw string and character literals hold no argument separator.
+        if let Some(end) = crate::nesting::skip_text(bytes, i) {
+            i = end;
+            continue;
+        }
         match bytes[i] {
             b'(' | b'[' | b'{' => depth += 1,
             b')' | b']' | b'}' => depth = depth.saturating_sub(1),
             b',' if depth == 0 => {
                 out.push((start, i));
                 start = i + 1;
-            }
-            b'"' => {
-                i = skip_string(bytes, i);
-                continue;
-            }
-            // Comments: to the end of the line, or to `*/`.
-            b'/' if bytes.get(i + 1) == Some(&b'/') => {
-                i = memchr::memchr(b'\n', &bytes[i..]).map_or(bytes.len(), |n| i + n);
-                continue;
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i = memchr::memmem::find(&bytes[i + 2..], b"*/").map_or(bytes.len(), |n| i + n + 4);
-                continue;
-            }
-            b'r' if matches!(bytes.get(i + 1), Some(b'"' | b'#'))
-                && (i == 0 || !is_ident_byte(bytes[i - 1])) =>
-            {
-                if let Some(end) = skip_raw_string(bytes, i + 1) {
-                    i = end;
-                    continue;
-                }
-            }
-            // A character literal (`'x'`, `'\n'`, `'\''`); a lifetime has no closing quote.
-            b'\'' => {
-                if bytes.get(i + 1) == Some(&b'\\') {
-                    // `'\n'`, `'\''`, `'\u{1F600}'`: the quote after the escaped character.
-                    if let Some(close) = bytes
-                        .get(i + 3..)
-                        .and_then(|rest| rest.iter().position(|&b| b == b'\''))
-                    {
-                        i += 3 + close + 1;
-                        continue;
-                    }
-                } else if let Some(c) = text[i + 1..].chars().next()
-                    && bytes.get(i + 1 + c.len_utf8()) == Some(&b'\'')
-                {
-                    i += 2 + c.len_utf8();
-                    continue;
-                }
             }
             _ => {}
         }
@@ -301,47 +268,6 @@ fn split_args(text: &str) -> Vec<(usize, usize)> {
         out.push((start, text.len()));
     }
     out
-}
-
-fn is_ident_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
-}
-
-/// The offset just past the string literal that starts at `i` (a `"`).
-fn skip_string(bytes: &[u8], mut i: usize) -> usize {
-    i += 1;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
-        }
-    }
-    bytes.len()
-}
-
-/// The offset just past the raw string whose `#`s or `"` start at `i` (after the `r`).
-fn skip_raw_string(bytes: &[u8], mut i: usize) -> Option<usize> {
-    let hashes = bytes[i..].iter().take_while(|&&b| b == b'#').count();
-    i += hashes;
-    if bytes.get(i) != Some(&b'"') {
-        return None;
-    }
-    i += 1;
-    while i < bytes.len() {
-        if bytes[i] == b'"'
-            && bytes[i + 1..]
-                .iter()
-                .take(hashes)
-                .filter(|&&b| b == b'#')
-                .count()
-                == hashes
-        {
-            return Some(i + 1 + hashes);
-        }
-        i += 1;
-    }
-    Some(bytes.len())
 }
 
 #[cfg(test)]
