@@ -1,8 +1,9 @@
 //! Jupyter notebooks (`.ipynb`): the code cells of a notebook linted as one Python module.
 //!
-//! The notebook's JSON is read with `serde_json`; the source of every code cell (a string or a list
-//! of strings) is copied verbatim, in order, into one module, each cell followed by a blank line, so
-//! that a `DataLoader` built in one cell and iterated by a training loop in a later cell is seen
+//! The notebook's JSON is read with `serde_json` into the cells' types and sources and the
+//! notebook's metadata; the rest (outputs, embedded images, execution counts) is skipped without
+//! being built or copied. The source of every code cell (a string or a list of strings) is copied
+//! verbatim, in order, into one module, each cell followed by a blank line, so that a `DataLoader` built in one cell and iterated by a training loop in a later cell is seen
 //! as in a script. The module is parsed in Ruff's IPython mode, where line magics (`%time`,
 //! `%matplotlib inline`), shell escapes (`!pip install ..`, `files = !ls`) and help (`obj?`) are
 //! escape-command statements that no rule reads.
@@ -17,6 +18,10 @@
 //! notebook's `cells` list (Markdown cells count, as Ruff counts them), lines and columns are those
 //! of the cell's own text.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 /// Cell magics whose cell is still Python run in the notebook's kernel.
@@ -69,9 +74,238 @@ pub struct NotebookError {
     pub line: Option<usize>,
 }
 
-/// The cells of a notebook's JSON text, or why it is not a notebook.
-fn cells(text: &str) -> Result<(Value, bool), NotebookError> {
-    let value: Value = serde_json::from_str(text).map_err(|err| {
+/// A notebook's JSON as far as the linter reads it: the cells' types and sources and the
+/// metadata; everything else (outputs, images, execution counts) is skipped without being built.
+enum RawNotebook {
+    /// The JSON is an array, a string, a number, ...
+    NotObject,
+    Object {
+        /// `None`: no `cells` key; `Some(None)`: a `cells` that is not a list.
+        cells: Option<Option<Vec<RawCell>>>,
+        worksheets: bool,
+        metadata: Option<Value>,
+    },
+}
+
+/// One cell: its `cell_type` when it is a string, and its source when it is text.
+#[derive(Default)]
+struct RawCell {
+    code: bool,
+    source: Option<String>,
+}
+
+/// Skips the rest of a list.
+fn skip_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// Skips the rest of an object.
+fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// Answers `default` for any JSON value but the ones a visitor reads, consuming it.
+macro_rules! other_values {
+    ($value:ty, $default:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<$value, E> {
+            Ok($default)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<$value, E> {
+            Ok($default)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$value, E> {
+            Ok($default)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<$value, E> {
+            Ok($default)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<$value, E> {
+            Ok($default)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for RawNotebook {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawNotebook;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a notebook")
+            }
+            other_values!(RawNotebook, RawNotebook::NotObject);
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<RawNotebook, E> {
+                Ok(RawNotebook::NotObject)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawNotebook, A::Error> {
+                skip_seq(seq)?;
+                Ok(RawNotebook::NotObject)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawNotebook, A::Error> {
+                let (mut cells, mut worksheets, mut metadata) = (None, false, None);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        "cells" => cells = Some(map.next_value::<CellList>()?.0),
+                        "metadata" => metadata = Some(map.next_value::<Value>()?),
+                        "worksheets" => {
+                            worksheets = true;
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(RawNotebook::Object {
+                    cells,
+                    worksheets,
+                    metadata,
+                })
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// The `cells` value: the cells when it is a list.
+struct CellList(Option<Vec<RawCell>>);
+
+impl<'de> Deserialize<'de> for CellList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CellList;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of cells")
+            }
+            other_values!(CellList, CellList(None));
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<CellList, E> {
+                Ok(CellList(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CellList, A::Error> {
+                skip_map(map)?;
+                Ok(CellList(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<CellList, A::Error> {
+                let mut cells = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(cell) = seq.next_element::<RawCell>()? {
+                    cells.push(cell);
+                }
+                Ok(CellList(Some(cells)))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawCell {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawCell;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a cell")
+            }
+            other_values!(RawCell, RawCell::default());
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<RawCell, E> {
+                Ok(RawCell::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawCell, A::Error> {
+                skip_seq(seq)?;
+                Ok(RawCell::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawCell, A::Error> {
+                let mut cell = RawCell::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        "cell_type" => {
+                            cell.code = map.next_value::<Text>()?.0.as_deref() == Some("code");
+                        }
+                        "source" => cell.source = map.next_value::<Text>()?.0,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(cell)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A string, or a list of strings joined as they are (nbformat's "multiline string"); `None` for
+/// anything else.
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("text")
+            }
+            other_values!(Text, Text(None));
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Text, E> {
+                Ok(Text(Some(s.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Text, E> {
+                Ok(Text(Some(s)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+                skip_map(map)?;
+                Ok(Text(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                let mut text = String::new();
+                let mut all_text = true;
+                while let Some(part) = seq.next_element_seed(Append(&mut text))? {
+                    all_text &= part;
+                }
+                Ok(Text(all_text.then_some(text)))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// One part of a multiline string, appended to the text; `false` when it is not a string.
+struct Append<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for Append<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Append<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+    other_values!(bool, false);
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<bool, E> {
+        self.0.push_str(s);
+        Ok(true)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        skip_map(map)?;
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
+        skip_seq(seq)?;
+        Ok(false)
+    }
+}
+
+/// The cells of a notebook's JSON text, and whether its kernel is Python, or why it is not a
+/// notebook.
+fn cells(text: &str) -> Result<(Vec<RawCell>, bool), NotebookError> {
+    let notebook: RawNotebook = serde_json::from_str(text).map_err(|err| {
         let full = err.to_string();
         let suffix = format!(" at line {} column {}", err.line(), err.column());
         let message = full.strip_suffix(&suffix).unwrap_or(&full);
@@ -87,19 +321,23 @@ fn cells(text: &str) -> Result<(Value, bool), NotebookError> {
         message: format!("not a valid notebook: {what}"),
         line: None,
     };
-    let Some(object) = value.as_object() else {
+    let RawNotebook::Object {
+        cells,
+        worksheets,
+        metadata,
+    } = notebook
+    else {
         return Err(not_notebook("the JSON is not an object"));
     };
-    if object.contains_key("worksheets") && !object.contains_key("cells") {
+    if worksheets && cells.is_none() {
         return Err(not_notebook(
             "nbformat 3 (`worksheets`) is not read; convert it with `jupyter nbconvert --to notebook`",
         ));
     }
-    if !object.get("cells").is_some_and(Value::is_array) {
+    let Some(Some(cells)) = cells else {
         return Err(not_notebook("no `cells` list"));
-    }
-    let python = is_python_kernel(object.get("metadata"));
-    Ok((value, python))
+    };
+    Ok((cells, is_python_kernel(metadata.as_ref())))
 }
 
 /// Whether the notebook's kernel is Python (or says nothing about its language).
@@ -110,16 +348,6 @@ fn is_python_kernel(metadata: Option<&Value>) -> bool {
             .and_then(Value::as_str)
     });
     language.is_none_or(|l| l.eq_ignore_ascii_case("python"))
-}
-
-/// The source of a cell: a string, or a list of strings joined as they are (nbformat's
-/// "multiline string"); `None` for anything else, which is no notebook's.
-fn cell_text(cell: &Value) -> Option<String> {
-    match cell.get("source")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => parts.iter().map(Value::as_str).collect(),
-        _ => None,
-    }
 }
 
 /// Whether a code cell is Python run in this kernel: it does not start with a cell magic, or its
@@ -143,20 +371,19 @@ fn is_python_cell(text: &str) -> bool {
 
 /// Reads a notebook's JSON text into one module of its Python code cells.
 pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
-    let (value, python) = cells(text)?;
+    let (cells, python) = cells(text)?;
     let mut out = NotebookSource::default();
     if !python {
         return Ok(out);
     }
-    let list = value["cells"].as_array().map_or(&[][..], Vec::as_slice);
     let mut line = 1;
-    for (i, cell) in list.iter().enumerate() {
-        if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
+    for (i, cell) in cells.into_iter().enumerate() {
+        if !cell.code {
             continue;
         }
         // A code cell whose source is missing or not text is no notebook's: said, not read as
         // an empty cell (its code would go unlinted without a word).
-        let Some(text) = cell_text(cell) else {
+        let Some(text) = cell.source else {
             return Err(NotebookError {
                 message: format!(
                     "not a valid notebook: cell {}: its `source` is not a string or a list of \
@@ -186,13 +413,12 @@ pub fn read(text: &str) -> Result<NotebookSource, NotebookError> {
 
 /// The text of cell `number` (1-based) of a notebook's JSON text, as the user sees it.
 pub fn cell_source(text: &str, number: usize) -> Option<String> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    cell_text(
-        value
-            .get("cells")?
-            .as_array()?
-            .get(number.checked_sub(1)?)?,
-    )
+    cells(text)
+        .ok()?
+        .0
+        .into_iter()
+        .nth(number.checked_sub(1)?)?
+        .source
 }
 
 /// Whether a path is a notebook by its extension.
@@ -311,5 +537,50 @@ mod tests {
         }
         let missing = r#"{"cells":[{"cell_type":"code"}]}"#;
         assert!(read(missing).unwrap_err().message.contains("cell 1"));
+        for cells in ["5", "\"x\"", "{\"a\": [1]}", "null"] {
+            assert_eq!(
+                read(&format!(r#"{{"cells": {cells}}}"#))
+                    .unwrap_err()
+                    .message,
+                "not a valid notebook: no `cells` list",
+                "{cells}"
+            );
+        }
+        assert!(
+            read(r#"{"worksheets": []}"#)
+                .unwrap_err()
+                .message
+                .contains("nbformat 3")
+        );
+    }
+
+    #[test]
+    fn outputs_and_other_keys_are_skipped_and_the_last_of_a_repeated_key_wins() {
+        // Outputs of every JSON type, cells that are not objects, keys given twice (the last one
+        // counts, as in a JSON object read whole), escapes in the source.
+        let text = r#"{"metadata": {"kernelspec": {"language": "python"}}, "cells": [
+            7, "text", [1, {"a": null}], null,
+            {"outputs": [{"data": {"image/png": "iVBORw0KGgo\u0041=="}, "n": [1.5, -2, true, null]}],
+             "cell_type": "markdown", "source": "x = 1", "cell_type": "code",
+             "execution_count": 3, "metadata": {"tags": ["a", {"b": []}]}},
+            {"cell_type": "code", "source": ["a = \"\u00e9\"\n", "b = 2"], "source": "c = 3"}
+        ], "nbformat": 4, "nbformat_minor": 5}"#;
+        let nb = read(text).unwrap();
+        assert_eq!(nb.source, "x = 1\n\nc = 3\n\n");
+        assert_eq!(nb.index.starts(), &[(5, 1), (6, 3)]);
+        assert_eq!(cell_source(text, 6).as_deref(), Some("c = 3"));
+        assert_eq!(cell_source(text, 1), None);
+        let escaped =
+            r#"{"cells": [{"cell_type": "code", "source": ["a = \"\u00e9\"\n", "b = 2"]}]}"#;
+        assert_eq!(read(escaped).unwrap().source, "a = \"\u{e9}\"\nb = 2\n\n");
+        // Outputs nested deeper than a JSON tree may be built are skipped all the same.
+        let deep = format!(
+            r#"{{"cells": [{{"cell_type": "code", "outputs": {}{}, "source": "x = 1"}}]}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert_eq!(read(&deep).unwrap().source, "x = 1\n\n");
+        // Trailing text after the notebook is malformed JSON, as before.
+        assert!(read(r#"{"cells": []} x"#).unwrap_err().line.is_some());
     }
 }
