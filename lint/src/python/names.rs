@@ -243,64 +243,85 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
     )
 }
 
-/// Whether `source` contains any of `needles` (a plain byte search: comments and strings count).
-fn mentions_any(source: &str, needles: &[&[u8]]) -> bool {
-    needles
-        .iter()
-        .any(|needle| memchr::memmem::find(source.as_bytes(), needle).is_some())
+/// Byte strings searched for in a text (comments and strings count), each searcher built once.
+pub(crate) struct Needles {
+    needles: &'static [&'static str],
+    finders: std::sync::OnceLock<Vec<memchr::memmem::Finder<'static>>>,
+}
+
+impl Needles {
+    pub(crate) const fn new(needles: &'static [&'static str]) -> Needles {
+        Needles {
+            needles,
+            finders: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether `text` contains any of the needles.
+    pub(crate) fn in_text(&self, text: &str) -> bool {
+        self.finders
+            .get_or_init(|| {
+                self.needles
+                    .iter()
+                    .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+                    .collect()
+            })
+            .iter()
+            .any(|finder| finder.find(text.as_bytes()).is_some())
+    }
 }
 
 /// Whether a module's text mentions an accelerator anywhere: CUDA, a device, a GPU, MPS, XPU,
 /// XLA, or a framework object that places tensors on one (Lightning, Accelerate, Fabric). A
 /// package that mentions none keeps every tensor on the CPU, where a readback copies nothing.
 pub fn mentions_accelerator(source: &str) -> bool {
-    const NEEDLES: &[&[u8]] = &[
-        b"cuda",
-        b"CUDA",
-        b"device",
-        b"gpu",
-        b"GPU",
-        b"torch.mps",
-        b"backends.mps",
-        b"\"mps",
-        b"'mps",
-        b"xpu",
-        b"torch_xla",
-        b"ccelerat",
-        b"abric",
-        b"ightning",
-        b"Trainer",
-    ];
-    mentions_any(source, NEEDLES)
+    static NEEDLES: Needles = Needles::new(&[
+        "cuda",
+        "CUDA",
+        "device",
+        "gpu",
+        "GPU",
+        "torch.mps",
+        "backends.mps",
+        "\"mps",
+        "'mps",
+        "xpu",
+        "torch_xla",
+        "ccelerat",
+        "abric",
+        "ightning",
+        "Trainer",
+    ]);
+    NEEDLES.in_text(source)
 }
 
 /// Whether a module's text mentions 16-bit precision or autocast anywhere (PK501's "in reach").
 pub fn mentions_mixed_precision(source: &str) -> bool {
-    const NEEDLES: &[&[u8]] = &[
-        b"autocast",
-        b"bfloat16",
-        b"float16",
-        b".half()",
-        b"bf16",
-        b"fp16",
-        b"16-mixed",
-        b"GradScaler",
-        b"amp.",
-    ];
-    mentions_any(source, NEEDLES)
+    static NEEDLES: Needles = Needles::new(&[
+        "autocast",
+        "bfloat16",
+        "float16",
+        ".half()",
+        "bf16",
+        "fp16",
+        "16-mixed",
+        "GradScaler",
+        "amp.",
+    ]);
+    NEEDLES.in_text(source)
 }
 
 /// Whether a module's text shows gradient accumulation (PK502).
 pub fn mentions_grad_accumulation(source: &str) -> bool {
-    const NEEDLES: &[&[u8]] = &[
-        b"accumulate_grad_batches",
-        b"gradient_accumulation",
-        b"accumulation_steps",
-        b"accum_iter",
-        b"grad_accum",
-        b"accumulate(",
-    ];
-    mentions_any(source, NEEDLES)
+    static NEEDLES: Needles = Needles::new(&[
+        "accumulate_grad_batches",
+        "gradient_accumulation",
+        "accumulation_steps",
+        "accum_iter",
+        "grad_accum",
+        "accumulate(",
+    ]);
+    NEEDLES.in_text(source)
 }
 
 /// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
