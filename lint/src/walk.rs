@@ -21,6 +21,9 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     // Whether the walk went through a symbolic link to a directory: then one file may be listed
     // under two paths (`alias -> pkg` beside `pkg`), and must be linted (and fixed) once.
     let mut through_dir_link = false;
+    // Files listed under the name of a symbolic link to a file: linted once, under the name of
+    // the file they point to, when that file is linted too.
+    let mut file_links: Vec<PathBuf> = Vec::new();
     for root in paths {
         let meta = match std::fs::metadata(root) {
             Ok(meta) => meta,
@@ -34,6 +37,9 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
             }
         };
         if meta.is_file() {
+            if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+                file_links.push(root.clone());
+            }
             files.push(root.clone());
             continue;
         }
@@ -69,6 +75,9 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
                             .extension()
                             .is_some_and(|e| e == "rs" || e == "py" || e == "ipynb")
                     {
+                        if entry.path_is_symlink() {
+                            file_links.push(entry.path().to_path_buf());
+                        }
                         files.push(entry.into_path());
                     }
                 }
@@ -80,6 +89,9 @@ pub(crate) fn walk(paths: &[PathBuf]) -> Walked {
     files.dedup();
     if paths.len() > 1 || through_dir_link {
         dedup_spellings(&mut files);
+    }
+    if !file_links.is_empty() {
+        drop_links_to_linted_files(&mut files, &file_links);
     }
     if paths.len() > 1 {
         dedup_errors(&mut errors);
@@ -152,6 +164,22 @@ fn dedup_spellings(files: &mut Vec<PathBuf>) {
     files.retain(|_| flags.next().unwrap_or(true));
     // A shorter spelling may sort elsewhere.
     sort_paths(files);
+}
+
+/// Drops the names of symbolic links to files that are linted under their own name too (`link.py
+/// -> model.py` beside `model.py`): the same text would be linted, reported and fixed twice. A
+/// link to a file that is not linted otherwise stays, under its own name.
+fn drop_links_to_linted_files(files: &mut Vec<PathBuf>, links: &[PathBuf]) {
+    let links: std::collections::HashSet<&Path> = links.iter().map(PathBuf::as_path).collect();
+    let mut dirs = HashMap::new();
+    let real: std::collections::HashSet<PathBuf> = files
+        .iter()
+        .filter(|f| !links.contains(f.as_path()))
+        .map(|f| identity(f, &mut dirs))
+        .collect();
+    files.retain(|f| {
+        !links.contains(f.as_path()) || !f.canonicalize().is_ok_and(|target| real.contains(&target))
+    });
 }
 
 /// Whether a walked path reaches its directory through a symbolic link: the directory as

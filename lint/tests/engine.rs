@@ -955,7 +955,7 @@ fn a_python_script_given_by_name_without_the_py_extension_is_linted_as_python() 
 
 #[cfg(unix)]
 #[test]
-fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
+fn a_symlink_to_a_file_linted_under_its_own_name_is_linted_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("model.py");
     write(
@@ -963,9 +963,14 @@ fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
         "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n",
     );
     std::os::unix::fs::symlink("model.py", dir.path().join("link.py")).expect("symlink");
-    let options = LintOptions::new([dir.path().to_path_buf()]).select(["PK201"]);
+    // Also given by the link's name on the command line, and through a chain of two links.
+    std::os::unix::fs::symlink("link.py", dir.path().join("again.py")).expect("symlink");
+    let options =
+        LintOptions::new([dir.path().to_path_buf(), dir.path().join("link.py")]).select(["PK201"]);
     let report = lint(&options).expect("lint runs");
-    assert_eq!(report.diagnostics.len(), 2, "{:?}", report.diagnostics);
+    assert_eq!(report.files_scanned, 1);
+    let paths: Vec<_> = report.diagnostics.iter().map(|d| d.path.clone()).collect();
+    assert_eq!(paths, std::slice::from_ref(&path));
     let summary = perfkit_lint::fix::apply_fixes(&report.diagnostics);
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.applied, 1);
@@ -973,6 +978,18 @@ fn fix_writes_a_file_linted_through_a_symlink_and_its_own_name_once() {
         fs::read_to_string(&path).expect("read"),
         "import torch\n\ndef f():\n    return torch.rand(2, 2, device=\"cuda\")\n"
     );
+    // A link to a file that is not linted otherwise is linted under the link's name.
+    let outside = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(&path, outside.path().join("shared.py")).expect("symlink");
+    fs::write(
+        &path,
+        "import torch\n\ndef f():\n    return torch.rand(2, 2).cuda()\n",
+    )
+    .expect("write");
+    let options = LintOptions::new([outside.path().to_path_buf()]).select(["PK201"]);
+    let report = lint(&options).expect("lint runs");
+    let paths: Vec<_> = report.diagnostics.iter().map(|d| d.path.clone()).collect();
+    assert_eq!(paths, [outside.path().join("shared.py")]);
 }
 
 #[test]
