@@ -7,6 +7,8 @@
 #
 #   bench/python-corpus.sh [--runs N] [--jobs N] [DIR...]     lint vs parse-only floor (perfkit-lint's
 #                                                             `python_corpus` bench)
+#       --stages          where the lint's time goes: the lint ended after each of its stages
+#       --without-wheels  only the directories given (say, training scripts), not the wheels
 #   bench/python-corpus.sh --parsers [--runs N] [DIR...]      compare the candidate Python parsers
 #                                                             (bench/python-parsers, its own project)
 set -euo pipefail
@@ -20,18 +22,22 @@ mode=lint
 runs=3
 jobs=2
 extra=()
+flags=()
+wheels=yes
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --parsers) mode=parsers ;;
         --runs) runs="$2"; shift ;;
         --jobs) jobs="$2"; shift ;;
-        -h|--help) sed -n 2,12p "${BASH_SOURCE[0]}"; exit 0 ;;
+        --stages) flags+=(--stages) ;;
+        --without-wheels) wheels=no ;;
+        -h|--help) sed -n 2,14p "${BASH_SOURCE[0]}"; exit 0 ;;
         *) extra+=("$(cd "$1" && pwd)") ;;
     esac
     shift
 done
 
-if [[ ! -d "$corpus/src" ]]; then
+if [[ "$wheels" == yes && ! -d "$corpus/src" ]]; then
     echo "fetching the corpus from PyPI (first run)..." >&2
     mkdir -p "$corpus/wheels" "$corpus/src.tmp"
     python3 -m pip download --quiet --no-deps --only-binary :all: --dest "$corpus/wheels" "${wheels[@]}"
@@ -48,11 +54,18 @@ PY
     mv "$corpus/src.tmp" "$corpus/src"
 fi
 
-dirs=("$corpus/src" "${extra[@]}")
+if [[ "$wheels" == yes ]]; then
+    dirs=("$corpus/src" "${extra[@]}")
+elif [[ ${#extra[@]} -gt 0 ]]; then
+    dirs=("${extra[@]}")
+else
+    echo "--without-wheels needs at least one directory" >&2
+    exit 2
+fi
 if [[ "$mode" == parsers ]]; then
     cargo run --quiet --release --manifest-path "$root/bench/python-parsers/Cargo.toml" \
         --target-dir "$target_dir/python-parsers" -- "${dirs[@]}" --runs "$runs"
 else
     cd "$root"
-    cargo bench --quiet -p perfkit-lint --bench python_corpus -- --jobs "$jobs" --runs "$runs" "${dirs[@]}"
+    cargo bench --quiet -p perfkit-lint --bench python_corpus -- --jobs "$jobs" --runs "$runs" "${flags[@]}" "${dirs[@]}"
 fi

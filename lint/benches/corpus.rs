@@ -19,8 +19,9 @@
 //! and prints nothing: `none` (only the set-up every pass shares: listing the files and counting
 //! their lines), `floor` (the parse-only pass), `retain` (the parse-only pass over the crates as the
 //! lint groups them, each crate's trees kept until the whole crate is parsed, as the lint keeps them
-//! for its rules), `front` (the lint with no rule selected: walk, parse, facts, crate-wide analysis)
-//! or `lint`. A pass's own cost is its count less `none`'s. The table shows the `retain` pass too:
+//! for its rules), `parse`, `facts` or `analysis` (the lint ended after that stage), `front` (the
+//! lint with no rule selected: walk, parse, facts, crate-wide analysis) or `lint`. `--stages`
+//! measures those stages, interleaved with the floor, and prints where the lint's time goes. A pass's own cost is its count less `none`'s. The table shows the `retain` pass too:
 //! the lint's ratio to it is what the analysis and the rules cost, apart from keeping the trees.
 
 mod shared;
@@ -43,7 +44,12 @@ struct Args {
     runs: usize,
     /// `--only PASS`: run only that pass, print nothing.
     only: Option<Only>,
+    /// `--stages`: measure the lint ended after each of its stages, print where its time goes.
+    stages: bool,
 }
+
+/// The names of the passes `--only` takes.
+const PASSES: &str = "none, floor, retain, parse, facts, analysis, front or lint";
 
 /// The passes `--only` can run on their own.
 #[derive(Clone, Copy)]
@@ -53,6 +59,8 @@ enum Only {
     Retain,
     Front,
     Lint,
+    /// The lint ended after a stage (`parse`, `facts`, `analysis`).
+    Stage(perfkit_lint::Stage),
 }
 
 enum ArgError {
@@ -73,6 +81,7 @@ fn parse_args() -> Result<Args, ArgError> {
     let mut jobs = 2;
     let mut runs = 3;
     let mut only = None;
+    let mut stages = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -85,18 +94,20 @@ fn parse_args() -> Result<Args, ArgError> {
                     Some("retain") => Only::Retain,
                     Some("front") => Only::Front,
                     Some("lint") => Only::Lint,
+                    Some("parse") => Only::Stage(perfkit_lint::Stage::Parse),
+                    Some("facts") => Only::Stage(perfkit_lint::Stage::Facts),
+                    Some("analysis") => Only::Stage(perfkit_lint::Stage::Analysis),
                     Some(other) => {
                         return Err(ArgError::Bad(format!(
-                            "--only: unknown pass `{other}` (none, floor, retain, front or lint)"
+                            "--only: unknown pass `{other}` ({PASSES})"
                         )));
                     }
                     None => {
-                        return Err(ArgError::Bad(
-                            "--only needs a pass: none, floor, retain, front or lint".to_string(),
-                        ));
+                        return Err(ArgError::Bad(format!("--only needs a pass: {PASSES}")));
                     }
                 });
             }
+            "--stages" => stages = true,
             // `cargo bench` passes `--bench` to every bench target.
             "--bench" => {}
             other if other.starts_with('-') => {
@@ -122,6 +133,7 @@ fn parse_args() -> Result<Args, ArgError> {
         jobs: jobs.max(1),
         runs: runs.max(1),
         only,
+        stages,
     })
 }
 
@@ -263,12 +275,42 @@ fn run_only(only: Only, pool: &rayon::ThreadPool, files: &[PathBuf], args: &Args
             }),
             Only::Front => perfkit_lint::lint(&front).map(drop),
             Only::Lint => perfkit_lint::lint(&lint).map(drop),
+            Only::Stage(stage) => {
+                let mut cut = lint.clone();
+                cut.stop_after = Some(stage);
+                perfkit_lint::lint(&cut).map(drop)
+            }
         };
         if let Err(error) = done {
             eprintln!("corpus: the lint failed: {error}");
             return ExitCode::FAILURE;
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// `--stages`: the floor, the walk and the lint ended after each stage, interleaved, `--runs`
+/// times; prints where the lint's time goes.
+fn run_stages(pool: &rayon::ThreadPool, files: &[PathBuf], args: &Args) -> ExitCode {
+    let lint = lint_options(vec![args.corpus.clone()], args.jobs);
+    let (mut floor, mut plan) = (shared::Best::default(), shared::Best::default());
+    let mut best = [shared::Best::default(); 4];
+    for _ in 0..args.runs {
+        floor.time(|| parse_pass(pool, files));
+        if let Err(error) = plan.time(|| perfkit_lint::lint_plan(&lint)) {
+            eprintln!("corpus: the lint failed: {error}");
+            return ExitCode::FAILURE;
+        }
+        for ((stage, _), best) in shared::STAGES.iter().zip(&mut best) {
+            let mut cut = lint.clone();
+            cut.stop_after = *stage;
+            if let Err(error) = best.time(|| perfkit_lint::lint(&cut)) {
+                eprintln!("corpus: the lint failed: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    shared::print_stages(floor, plan, &best);
     ExitCode::SUCCESS
 }
 
@@ -368,6 +410,9 @@ fn main() -> ExitCode {
 
     if let Some(only) = args.only {
         return run_only(only, &pool, &files, &args);
+    }
+    if args.stages {
+        return run_stages(&pool, &files, &args);
     }
 
     // The crates as the lint groups them, for the pass that keeps each crate's trees.

@@ -10,18 +10,22 @@
 //! files), `plan` (the lint's walk and its grouping of the files into packages, each with its
 //! configuration), `floor`, `retain` (the plan, then the floor over the packages as the lint
 //! groups them, each package's trees kept until the whole package is parsed, as the lint keeps
-//! them for its rules), `front` (no rules) or `lint`. A pass's own cost is its count less
-//! `none`'s. The table shows the `retain` pass too (without the plan): the lint's ratio to it is
+//! them for its rules), `parse`, `facts` or `analysis` (the lint ended after that stage, see
+//! `--stages`), `front` (no rules) or `lint`. A pass's own cost is its count less `none`'s.
+//!
+//! `--stages` measures, interleaved, the floor, the walk alone and the lint ended after each of
+//! its stages (read and parse with the trees kept, each file's facts, the package-wide analysis,
+//! the rules), and prints where the lint's time goes. The table shows the `retain` pass too (without the plan): the lint's ratio to it is
 //! what the walk, the analysis and the rules cost, apart from keeping the trees.
 
 mod shared;
-use shared::process_cpu_time;
+use shared::{Best, process_cpu_time};
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use perfkit_lint::LintOptions;
+use perfkit_lint::{LintOptions, Stage};
 use rayon::prelude::*;
 
 fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -82,12 +86,14 @@ fn main() -> ExitCode {
     let mut runs = 3;
     let mut dirs = Vec::new();
     let mut only = None;
+    let mut stages = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--jobs" => jobs = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
             "--runs" => runs = args.next().and_then(|n| n.parse().ok()).unwrap_or(3),
             "--only" => only = args.next(),
+            "--stages" => stages = true,
             // `cargo bench` passes `--bench`.
             flag if flag.starts_with("--") => {}
             dir => dirs.push(PathBuf::from(dir)),
@@ -95,7 +101,7 @@ fn main() -> ExitCode {
     }
     if dirs.is_empty() {
         eprintln!(
-            "usage: python_corpus [--jobs N] [--runs N] DIR...  (see bench/python-corpus.sh)"
+            "usage: python_corpus [--jobs N] [--runs N] [--stages] DIR...  (see bench/python-corpus.sh)"
         );
         return ExitCode::from(2);
     }
@@ -123,6 +129,40 @@ fn main() -> ExitCode {
     // The same run with no rule selected: walk, parse, facts, step-loop analysis, suppressions.
     let mut front_options = options.clone();
     front_options.select = vec!["PK000".to_string()];
+    // The lint ended after one of its stages.
+    let stage_options = |stage: Stage| {
+        let mut cut = options.clone();
+        cut.stop_after = Some(stage);
+        cut
+    };
+    if stages {
+        let (mut floor, mut plan) = (Best::default(), Best::default());
+        let mut best = [Best::default(); 4];
+        for _ in 0..runs {
+            // Interleaved, so that every pass sees the same machine.
+            floor.time(|| parse_pass(&pool, &files));
+            if let Err(e) = plan.time(|| perfkit_lint::lint_plan(&options)) {
+                eprintln!("lint failed: {e}");
+                return ExitCode::FAILURE;
+            }
+            for ((stage, _), best) in shared::STAGES.iter().zip(&mut best) {
+                let cut = match stage {
+                    Some(stage) => stage_options(*stage),
+                    None => options.clone(),
+                };
+                if let Err(e) = best.time(|| perfkit_lint::lint(&cut)) {
+                    eprintln!("lint failed: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        println!(
+            "corpus: {} Python files, {lines} lines; {jobs} threads, best of {runs} runs",
+            files.len()
+        );
+        shared::print_stages(floor, plan, &best);
+        return ExitCode::SUCCESS;
+    }
     if let Some(pass) = only {
         for _ in 0..runs {
             let done = match pass.as_str() {
@@ -137,9 +177,13 @@ fn main() -> ExitCode {
                 }),
                 "front" => perfkit_lint::lint(&front_options).map(drop),
                 "lint" => perfkit_lint::lint(&options).map(drop),
+                "parse" => perfkit_lint::lint(&stage_options(Stage::Parse)).map(drop),
+                "facts" => perfkit_lint::lint(&stage_options(Stage::Facts)).map(drop),
+                "analysis" => perfkit_lint::lint(&stage_options(Stage::Analysis)).map(drop),
                 other => {
                     eprintln!(
-                        "--only: unknown pass `{other}` (none, plan, floor, retain, front or lint)"
+                        "--only: unknown pass `{other}` (none, plan, floor, retain, parse, facts, \
+                         analysis, front or lint)"
                     );
                     return ExitCode::from(2);
                 }

@@ -555,6 +555,9 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         match read_python(path) {
             Ok(file) => {
                 let file: &crate::python::PyFile = parsed.alloc(file);
+                if options.stop_after == Some(crate::Stage::Parse) {
+                    continue;
+                }
                 let facts = crate::python::facts::collect(file);
                 if let Some(at) = facts.too_deep {
                     let limit = crate::python::facts::MAX_NESTING;
@@ -584,7 +587,16 @@ fn lint_python(job: &CrateJob, options: &LintOptions) -> CrateOutput {
         }
     }
     let config = &job.config;
+    if options
+        .stop_after
+        .is_some_and(|s| s != crate::Stage::Analysis)
+    {
+        return output;
+    }
     let cx = crate::python::PyContext::build(&units, config);
+    if options.stop_after.is_some() {
+        return output;
+    }
     let enabled = |code: &str| config.is_enabled(code, &options.select, &options.ignore);
     let mut findings = Vec::new();
     let path_of = |file: FileId| units[file.0].file.path.clone();
@@ -649,6 +661,9 @@ fn lint_crate(
                 continue;
             }
         };
+        if options.stop_after == Some(crate::Stage::Parse) {
+            continue;
+        }
         let facts = collect_facts(file, is_test_target(&job.root, &file.path));
         if let Some(span) = facts.too_deep {
             let line = span.start().line;
@@ -676,6 +691,12 @@ fn lint_crate(
             None
         }
     };
+    if options
+        .stop_after
+        .is_some_and(|s| s != crate::Stage::Analysis)
+    {
+        return output;
+    }
     let (mut crate_frameworks, framework_package) = package_frameworks(manifest);
     let analysis = CrateAnalysis::build(
         &job.root,
@@ -688,6 +709,9 @@ fn lint_crate(
         output.exported = Some(analysis.export(&files));
     }
     analysis.mark_test_code(&mut files);
+    if options.stop_after.is_some() {
+        return output;
+    }
     for file in &files {
         crate_frameworks = crate_frameworks.union(file.facts.frameworks);
     }

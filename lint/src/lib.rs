@@ -45,6 +45,22 @@ pub struct LintOptions {
     pub jobs: Option<usize>,
     /// Called as files finish. Default: none.
     pub progress: Option<ProgressFn>,
+    /// For benchmarks that measure what each stage costs: every crate and package ends after
+    /// this stage, and no rule runs. Default (None): the whole lint.
+    #[doc(hidden)]
+    pub stop_after: Option<Stage>,
+}
+
+/// A stage of the work on one crate or package (see [`LintOptions::stop_after`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Read and parse every file, keeping the trees until the crate or package is done.
+    Parse,
+    /// Then collect each file's facts, right after it is parsed.
+    Facts,
+    /// Then the crate-wide or package-wide analysis (step loops, calls, devices).
+    Analysis,
 }
 
 impl Default for LintOptions {
@@ -56,6 +72,7 @@ impl Default for LintOptions {
             ignore: Vec::new(),
             jobs: None,
             progress: None,
+            stop_after: None,
         }
     }
 }
@@ -69,6 +86,7 @@ impl std::fmt::Debug for LintOptions {
             .field("ignore", &self.ignore)
             .field("jobs", &self.jobs)
             .field("progress", &self.progress.is_some())
+            .field("stop_after", &self.stop_after)
             .finish()
     }
 }

@@ -1,4 +1,5 @@
-//! What both lint benchmarks share: the process's CPU clock.
+//! What both lint benchmarks share: the process's CPU clock, the pass that keeps each group's
+//! trees, and the table of the lint's stages (`--stages`).
 
 use std::time::Duration;
 
@@ -57,4 +58,93 @@ pub fn retain_pass<T>(
         }
     });
     failed.into_inner()
+}
+
+/// The best wall and CPU times of one pass over the runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Best {
+    pub wall: Duration,
+    pub cpu: Duration,
+}
+
+impl Default for Best {
+    fn default() -> Best {
+        Best {
+            wall: Duration::MAX,
+            cpu: Duration::MAX,
+        }
+    }
+}
+
+impl Best {
+    /// Times `f` (wall and CPU time, all threads) and keeps the better of each.
+    pub fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let cpu_start = process_cpu_time().unwrap_or_default();
+        let start = std::time::Instant::now();
+        let value = f();
+        self.wall = self.wall.min(start.elapsed());
+        self.cpu = self.cpu.min(
+            process_cpu_time()
+                .unwrap_or_default()
+                .saturating_sub(cpu_start),
+        );
+        value
+    }
+}
+
+/// The lint cut after each stage (`LintOptions::stop_after`): what the stages cost, each measured
+/// as the whole lint up to its end.
+pub const STAGES: [(Option<perfkit_lint::Stage>, &str); 4] = [
+    (
+        Some(perfkit_lint::Stage::Parse),
+        "walk, read and parse, each group's trees kept",
+    ),
+    (Some(perfkit_lint::Stage::Facts), "+ each file's facts"),
+    (
+        Some(perfkit_lint::Stage::Analysis),
+        "+ the crate- or package-wide analysis",
+    ),
+    (None, "+ the rules (the whole lint)"),
+];
+
+/// Prints where the lint's time goes: each stage's cumulative time against the floor's, and what
+/// it adds to the stage before it.
+pub fn print_stages(floor: Best, plan: Best, stages: &[Best; 4]) {
+    let ratio = |t: Duration, of: Duration| t.as_secs_f64() / of.as_secs_f64().max(1e-9);
+    println!();
+    println!(
+        "where the lint's time goes (each row: the lint ended after that stage, best of the runs):"
+    );
+    println!();
+    println!(
+        "| stage | CPU s | ratio (CPU) | added (CPU) | wall s | ratio (wall) | added (wall) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| floor: read and parse, each tree dropped at once | {:.3} | 1.00 | - | {:.3} | 1.00 | - |",
+        floor.cpu.as_secs_f64(),
+        floor.wall.as_secs_f64()
+    );
+    println!(
+        "| the walk and the grouping alone (`lint_plan`) | {:.3} | {:.3} | - | {:.3} | {:.3} | - |",
+        plan.cpu.as_secs_f64(),
+        ratio(plan.cpu, floor.cpu),
+        plan.wall.as_secs_f64(),
+        ratio(plan.wall, floor.wall)
+    );
+    let (mut cpu_before, mut wall_before) = (None, None);
+    for ((_, name), best) in STAGES.iter().zip(stages) {
+        let (cpu, wall) = (ratio(best.cpu, floor.cpu), ratio(best.wall, floor.wall));
+        let added = |now: f64, before: Option<f64>| {
+            before.map_or_else(|| "-".to_string(), |b: f64| format!("{:+.3}", now - b))
+        };
+        println!(
+            "| {name} | {:.3} | {cpu:.3} | {} | {:.3} | {wall:.3} | {} |",
+            best.cpu.as_secs_f64(),
+            added(cpu, cpu_before),
+            best.wall.as_secs_f64(),
+            added(wall, wall_before)
+        );
+        (cpu_before, wall_before) = (Some(cpu), Some(wall));
+    }
 }
