@@ -843,6 +843,11 @@ impl<'a> Collector<'a> {
         // A nested fn does not see the enclosing function's locals.
         let outer_scopes = self.scopes.replace(vec![params]);
         self.fn_stack.push(idx);
+        // The body of burn's `TrainStep::step` is a step loop's body (as a Lightning
+        // `training_step` is in Python): a loop of its own, marked by its `backward()`.
+        if !is_test && self.test_depth == 0 && self.facts.fns[idx].is_learner_step() {
+            self.push_loop(sig.ident.span());
+        }
         self.visit_signature(sig);
         self.visit_block(block);
         self.fn_stack.pop();

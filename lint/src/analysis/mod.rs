@@ -101,6 +101,14 @@ pub struct FnFact<'a> {
     pub pinned_bindings: Vec<String>,
 }
 
+impl FnFact<'_> {
+    /// `fn step` of an `impl TrainStep for ..`: burn's learner runs the step loop and calls it
+    /// once per batch, so its body is a step loop's body.
+    pub fn is_learner_step(&self) -> bool {
+        self.name == "step" && self.trait_name.as_deref() == Some("TrainStep")
+    }
+}
+
 /// A loop (or an iterator closure acting as one).
 #[derive(Debug)]
 pub struct LoopFact {

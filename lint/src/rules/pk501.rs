@@ -247,6 +247,10 @@ fn training_entries(cx: &CrateContext<'_>, program: usize) -> Vec<Entry> {
         else {
             continue;
         };
+        // A `TrainStep::step` body trains where the program launches burn's learner.
+        if loop_file.facts.fns[fn_idx].is_learner_step() {
+            continue;
+        }
         push(Entry {
             file: hit.loop_file,
             fn_idx,
