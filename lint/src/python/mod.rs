@@ -1706,6 +1706,11 @@ impl<'a> PyContext<'a> {
         self.step_loop[file][l]
     }
 
+    /// Whether a loop encloses a step loop (an epoch loop), directly or through a call.
+    pub fn is_outer_loop(&self, file: usize, l: usize) -> bool {
+        self.outer_loop[file][l]
+    }
+
     /// The notes a finding in a step loop carries (mirrors the Rust notes).
     pub fn notes(&self, hit: &PyHit) -> Vec<String> {
         let mut notes = Vec::new();

@@ -528,7 +528,11 @@ pub(crate) fn shuffle_off(call: &PyCall<'_>) -> bool {
 /// Why a `DataLoader(..)` looks like an evaluation loader, if it does: `shuffle=False` with no
 /// sampler, built in a program that trains nothing, or bound to a name such as `test_loader`,
 /// `val_loader`, `eval_dl`, `testloader`.
-fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<String> {
+pub(crate) fn evaluation_loader(
+    cx: &PyContext<'_>,
+    file: usize,
+    call: &PyCall<'_>,
+) -> Option<String> {
     let unshuffled = shuffle_off(call)
         && call.keyword("sampler").is_none()
         && call.keyword("batch_sampler").is_none();
@@ -546,19 +550,104 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
                 .to_string(),
         );
     }
+    if let Some(line) = feeds_no_step(cx, file, call) {
+        return Some(format!(
+            "the loader is iterated only by the loop at line {line}, which makes no training \
+             step"
+        ));
+    }
     let facts = &cx.units[file].facts;
     if let Some(function) = call.fn_idx.map(|f| facts.fns[f].name)
         && python_names::is_evaluation_name(function)
     {
         return Some(format!("the loader is built in `{function}`"));
     }
+    let name = bound_name(cx, file, call)?;
+    python_names::is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
+}
+
+/// The name a `DataLoader(..)` call's value is bound to, where it is built.
+fn bound_name<'a>(cx: &PyContext<'a>, file: usize, call: &PyCall<'_>) -> Option<&'a str> {
     let range = call.call.range();
-    let name = facts
+    cx.units[file]
+        .facts
         .assigns
         .iter()
         .find(|a| !a.loop_target && a.value.range() == range)
-        .map(|a| a.name.as_ref())?;
-    python_names::is_evaluation_name(name).then(|| format!("the loader is bound to `{name}`"))
+        .map(|a| a.name.as_ref())
+}
+
+/// Whether an expression's text names `name` as a word (`tqdm(loader, desc=..)`).
+fn mentions_word(source: &str, expr: &PyExpr, name: &str) -> bool {
+    source[expr.range().start().to_usize()..expr.range().end().to_usize()]
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|word| word == name)
+}
+
+/// The line of the loop a loader feeds, when every loop of its function that iterates it makes no
+/// training step, runs around none and sits in none (a loop generating class images with an
+/// inference pipeline, an evaluation pass), and the loader goes nowhere else: not returned, not
+/// stored under another name, not passed to a call other than an iteration helper (`tqdm`,
+/// `enumerate`, `accelerator.prepare`, ...). A loader handed to a trainer feeds its steps.
+fn feeds_no_step(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<usize> {
+    const PASS_THROUGH: &[&str] = &[
+        "tqdm",
+        "trange",
+        "enumerate",
+        "iter",
+        "len",
+        "zip",
+        "prepare",
+        "print",
+    ];
+    let unit = &cx.units[file];
+    let facts = &unit.facts;
+    let source = unit.file.source.as_str();
+    let name = bound_name(cx, file, call)?;
+    let f = call.fn_idx?;
+    let mut first = None;
+    for (l, lp) in facts.loops.iter().enumerate() {
+        if lp.fn_idx != Some(f)
+            || lp.range.start().to_usize() <= call.start
+            || !lp
+                .iter
+                .is_some_and(|iter| mentions_word(source, iter, name))
+        {
+            continue;
+        }
+        let mut at = Some(l);
+        while let Some(i) = at {
+            if cx.is_step_loop(file, i) || cx.is_outer_loop(file, i) {
+                return None;
+            }
+            at = facts.loops[i].parent;
+        }
+        first.get_or_insert(unit.file.line_of(lp.range.start().to_usize()));
+    }
+    let line = first?;
+    let is_name = |e: &PyExpr| matches!(e, PyExpr::Name(n) if n.id.as_str() == name);
+    if facts.fns[f]
+        .returns()
+        .iter()
+        .any(|r| mentions_word(source, r, name))
+    {
+        return None;
+    }
+    let stored_elsewhere = facts
+        .assigns
+        .iter()
+        .any(|a| a.fn_idx == Some(f) && !a.loop_target && a.name != name && is_name(a.value));
+    let passed_on = facts.calls.iter().any(|c| {
+        c.fn_idx == Some(f)
+            && c.start > call.start
+            && !c
+                .method
+                .or(c.func_name)
+                .is_some_and(|n| PASS_THROUGH.contains(&n))
+            && (c.call.arguments.args.iter().any(is_name)
+                || c.call.arguments.keywords.iter().any(|k| is_name(&k.value)))
+    });
+    (!stored_elsewhere && !passed_on).then_some(line)
 }
 
 /// Whether the loader `call` builds is bound to a name that a loop of the same function
@@ -567,26 +656,14 @@ fn evaluation_loader(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Opti
 /// self-test) goes to whoever imports it, which may train.
 fn iterated_where_built(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
     let facts = &cx.units[file].facts;
-    let range = call.call.range();
-    let Some(name) = facts
-        .assigns
-        .iter()
-        .find(|a| !a.loop_target && a.value.range() == range)
-        .map(|a| a.name.as_ref())
-    else {
+    let Some(name) = bound_name(cx, file, call) else {
         return false;
     };
     let text = &cx.file(file).source;
     facts.loops.iter().any(|lp| {
         lp.fn_idx == call.fn_idx
             && lp.range.start().to_usize() > call.start
-            && lp.iter.is_some_and(|iter| {
-                let iter_text =
-                    &text[iter.range().start().to_usize()..iter.range().end().to_usize()];
-                iter_text
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .any(|word| word == name)
-            })
+            && lp.iter.is_some_and(|iter| mentions_word(text, iter, name))
     })
 }
 

@@ -447,7 +447,8 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
         }
         if shuffle_off(call)
             || is_inference_call(path, call.method)
-            || (path.ends_with("DataLoader") && iterated_only_outside_steps(cx, file, call))
+            || (path.ends_with("DataLoader")
+                && super::pk301::evaluation_loader(cx, file, call).is_some())
             || program_trains_nothing(cx, file)
         {
             continue;
@@ -462,54 +463,6 @@ fn check_python(cx: &PyContext<'_>, out: &mut Vec<Finding>) {
     if out.len() > start && cx.grad_accumulation() {
         out.truncate(start);
     }
-}
-
-/// Whether a `DataLoader(..)` is used only by the function that builds it, in loops that are not
-/// step loops (a pass computing a dataset's mean and standard deviation): its batches never reach
-/// a training step. The loader must be bound to a name that the function mentions nowhere but in
-/// its binding and in those loops (not returned, stored or passed on).
-fn iterated_only_outside_steps(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
-    let Some(f) = call.fn_idx else {
-        return false;
-    };
-    let facts = &cx.units[file].facts;
-    let call_range = call.call.range();
-    let Some(assign) = facts
-        .assigns
-        .iter()
-        .find(|a| a.fn_idx == Some(f) && !a.loop_target && a.value.range() == call_range)
-    else {
-        return false;
-    };
-    let mut loops = 0;
-    for (l, lp) in facts.loops.iter().enumerate() {
-        let Some(iter) = lp.iter else { continue };
-        if lp.fn_idx != Some(f)
-            || cx
-                .loader_of(file, Some(f), iter, lp.range.start().to_usize())
-                .is_none_or(|c| c.range() != call_range)
-        {
-            continue;
-        }
-        if cx.is_step_loop(file, l) {
-            return false;
-        }
-        loops += 1;
-    }
-    if loops == 0 {
-        return false;
-    }
-    let text = cx.file(file).text(facts.fns[f].range);
-    let name = assign.name.as_ref();
-    let mentions = memchr::memmem::find_iter(text.as_bytes(), name.as_bytes())
-        .filter(|&at| {
-            let before = text[..at].chars().next_back();
-            let after = text[at + name.len()..].chars().next();
-            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
-                && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
-        .count();
-    mentions == 1 + loops
 }
 
 /// Whether a file is a program (a `__main__` guard) that trains nothing: none of its loops is a
