@@ -324,6 +324,21 @@ pub fn mentions_grad_accumulation(source: &str) -> bool {
     NEEDLES.in_text(source)
 }
 
+/// `train_loader`, `self.train_dataloader`, `trainloader`, `train_dl`: a name of training data.
+pub fn is_training_data_name(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    last.starts_with("train")
+        && !last.starts_with("trainer")
+        && last
+            .split(|c: char| c == '_' || c.is_ascii_digit())
+            .any(|part| {
+                matches!(
+                    part,
+                    "train" | "trainloader" | "traindl" | "trainset" | "training"
+                )
+            })
+}
+
 /// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
 /// name of evaluation data or code.
 pub fn is_evaluation_name(name: &str) -> bool {
@@ -371,6 +386,30 @@ mod tests {
             "torch.optimize.Thing",
         ] {
             assert!(!is_optimizer_constructor(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn training_data_names() {
+        for name in [
+            "train_loader",
+            "self.train_dataloader",
+            "trainloader",
+            "train_dl",
+            "training_data",
+            "train2",
+        ] {
+            assert!(is_training_data_name(name), "{name}");
+        }
+        for name in [
+            "trainer",
+            "trainer_loader",
+            "loader",
+            "test_loader",
+            "retrain",
+            "trained",
+        ] {
+            assert!(!is_training_data_name(name), "{name}");
         }
     }
 }

@@ -533,10 +533,19 @@ pub(crate) fn evaluation_loader(
     file: usize,
     call: &PyCall<'_>,
 ) -> Option<String> {
+    // A loader whose own function iterates it in a step loop feeds training, however it is
+    // built or named.
+    if feeds_step(cx, file, call) {
+        return None;
+    }
     let unshuffled = shuffle_off(call)
         && call.keyword("sampler").is_none()
         && call.keyword("batch_sampler").is_none();
-    if unshuffled {
+    // `train_dataloader = DataLoader(.., shuffle=False)`: training data in a fixed order (packed
+    // sequences, a sampler applied later), named for what it feeds.
+    let named_for_training =
+        bound_name(cx, file, call).is_some_and(python_names::is_training_data_name);
+    if unshuffled && !named_for_training {
         return Some("the loader is built with `shuffle=False` and no sampler".to_string());
     }
     // In a program that trains nothing, a loader its own top-level code builds, or one iterated
@@ -584,9 +593,30 @@ fn mentions_word(source: &str, expr: &PyExpr, name: &str) -> bool {
         .any(|word| word == name)
 }
 
+/// Whether a loop of the function that builds a loader iterates it (by the name it is bound to)
+/// and is a step loop (an epoch loop around one included), or runs inside a step loop's body.
+fn feeds_step(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> bool {
+    let unit = &cx.units[file];
+    let facts = &unit.facts;
+    let (Some(name), Some(f)) = (bound_name(cx, file, call), call.fn_idx) else {
+        return false;
+    };
+    facts.loops.iter().enumerate().any(|(l, lp)| {
+        lp.fn_idx == Some(f)
+            && lp.range.start().to_usize() > call.start
+            && lp
+                .iter
+                .is_some_and(|iter| mentions_word(&unit.file.source, iter, name))
+            && (cx.is_step_loop(file, l)
+                || std::iter::successors(facts.loops[l].parent, |&i| facts.loops[i].parent)
+                    .any(|i| cx.is_step_loop(file, i) && !cx.is_outer_loop(file, i)))
+    })
+}
+
 /// The line of the loop a loader feeds, when every loop of its function that iterates it makes no
-/// training step, runs around none and sits in none (a loop generating class images with an
-/// inference pipeline, an evaluation pass), and the loader goes nowhere else: not returned, not
+/// training step, runs around none, sits in none and calls nothing named for training (a loop
+/// generating class images with an inference pipeline, an evaluation pass), and the loader goes
+/// nowhere else: not returned, not
 /// stored under another name, not passed to a call other than an iteration helper (`tqdm`,
 /// `enumerate`, `accelerator.prepare`, ...). A loader handed to a trainer feeds its steps.
 fn feeds_no_step(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<usize> {
@@ -621,6 +651,17 @@ fn feeds_no_step(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> Option<u
                 return None;
             }
             at = facts.loops[i].parent;
+        }
+        // A step the analysis cannot see (a JAX `p_train_step(state, batch)`) is still named
+        // for training.
+        if facts.calls.iter().any(|c| {
+            c.loops.contains(&l)
+                && c.method
+                    .or(c.func_name)
+                    .or_else(|| c.path.as_deref().map(|p| p.rsplit('.').next().unwrap_or(p)))
+                    .is_some_and(super::pk502::names_training)
+        }) {
+            return None;
         }
         first.get_or_insert(unit.file.line_of(lp.range.start().to_usize()));
     }

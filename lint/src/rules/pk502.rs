@@ -496,7 +496,7 @@ pub(crate) fn program_trains_nothing(cx: &PyContext<'_>, file: usize) -> bool {
 /// `fit` or `backward`, starts with `optim`, or starts with `train` or `pretrain` (`Trainer`,
 /// `training`, `pretrain_model`) without ending in `trained` (`load_pretrained_weights` loads
 /// weights). A word that only contains the letters (`constrain`) does not count.
-fn names_training(name: &str) -> bool {
+pub(crate) fn names_training(name: &str) -> bool {
     crate::analysis::values::words(name).any(|word| {
         let word = word.to_ascii_lowercase();
         word == "fit"
