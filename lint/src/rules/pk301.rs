@@ -47,10 +47,12 @@ crate::declare_rule! {
     ///
     /// ## Python
     /// Python (PyTorch, Lightning): flags a `DataLoader` without `num_workers`, or with
-    /// `num_workers=0`, unless its dataset is an in-memory `TensorDataset`. An evaluation loader
-    /// (`shuffle=False` without a sampler, bound to a name such as `test_loader` or `val_loader`,
-    /// or built in a function such as `evaluate` or `eval_split`) is reported as a note: it slows
-    /// evaluation, not the training step. A class of the package's own named like a loader
+    /// `num_workers=0`, unless its dataset is already in memory (a `TensorDataset`, or a dataset
+    /// class of the package whose `__getitem__` only indexes what it holds). An evaluation loader
+    /// (`shuffle=False` without a sampler and not named for training, bound to a name such as
+    /// `test_loader` or `val_loader`, built in a function such as `evaluate` or `eval_split`, or
+    /// iterated only by loops that make no training step, such as one generating images with an
+    /// inference pipeline) is reported as a note: it slows evaluation, not the training step. A class of the package's own named like a loader
     /// (`class DistributedDataLoader:` reading token shards) is not a `DataLoader` unless it
     /// derives from one.
     ///
@@ -708,11 +710,49 @@ fn iterated_where_built(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>) -> b
     })
 }
 
-/// A `TensorDataset` (already in memory: workers would only copy it).
+/// A dataset already in memory, which workers would only copy: a `TensorDataset`, or a dataset
+/// class of the package whose `__getitem__` only indexes what it holds (`return self.data[i]`,
+/// slices of a token tensor): it returns a value, indexes an attribute of `self`, and calls
+/// nothing but `len`, `int`, `min`, `max`, `range` or `slice`.
 fn in_memory_dataset(cx: &PyContext<'_>, file: usize, call: &PyCall<'_>, dataset: &PyExpr) -> bool {
+    const PLAIN: &[&str] = &["len", "int", "min", "max", "range", "slice"];
     let path = match dataset {
         PyExpr::Call(c) => facts::dotted(&c.func),
         other => cx.bound_call(file, call.fn_idx, other, call.start),
     };
-    path.is_some_and(|p| p.ends_with("TensorDataset"))
+    let Some(path) = path else {
+        return false;
+    };
+    if path.ends_with("TensorDataset") {
+        return true;
+    }
+    let class = path.rsplit('.').next().unwrap_or(&path);
+    let mut found = false;
+    for unit in cx.units {
+        for (i, f) in unit.facts.fns.iter().enumerate() {
+            if f.class != Some(class) || f.name != "__getitem__" {
+                continue;
+            }
+            let calls_something =
+                unit.facts.calls.iter().any(|c| {
+                    c.fn_idx == Some(i) && !c.func_name.is_some_and(|n| PLAIN.contains(&n))
+                });
+            // It must read what it holds (`self.data[i]`) and return it: a `__getitem__` still to
+            // be written (`pass`) is no evidence.
+            let text = unit.file.text(f.range);
+            let indexes_itself = text.match_indices("self.").any(|(at, _)| {
+                let rest = &text[at + 5..];
+                let name = rest
+                    .bytes()
+                    .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                    .count();
+                name > 0 && rest[name..].starts_with('[')
+            });
+            if calls_something || !indexes_itself || f.returns().is_empty() {
+                return false;
+            }
+            found = true;
+        }
+    }
+    found
 }
