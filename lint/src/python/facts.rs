@@ -460,8 +460,8 @@ impl<'a> Collector<'a> {
     }
 
     /// A test that passes on one iteration or the first few: `counter == x`, a bounded test of a
-    /// counter (see [`Collector::bounded_test`]), or a flag named for the last or final
-    /// iteration (`last_batch`, `self.is_last_step`).
+    /// counter (see [`Collector::bounded_test`]), a flag named for the last or final iteration
+    /// (`last_batch`, `self.is_last_step`), or an `and` with one such test in it.
     fn rare_test(&self, test: &Expr) -> bool {
         if self.bounded_test(test).is_some() {
             return true;
@@ -476,6 +476,10 @@ impl<'a> Collector<'a> {
                 let name = name.to_ascii_lowercase();
                 name.contains("last") || name.contains("final")
             }),
+            // `epoch == last_epoch and i == len(loader) - 1`: no more often than its rarest part.
+            Expr::BoolOp(b) if b.op == ruff_python_ast::BoolOp::And => {
+                b.values.iter().any(|v| self.rare_test(v))
+            }
             _ => false,
         }
     }
