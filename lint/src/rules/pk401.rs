@@ -299,7 +299,8 @@ fn value_is_cpu_block(block: &syn::Block) -> bool {
     }
 }
 
-/// `Device::new_cuda(0).unwrap_or(Device::Cpu)`, `CudaContext::new(0).ok()?`: the failure is handled.
+/// `Device::new_cuda(0).unwrap_or(Device::Cpu)`, `CudaContext::new(0).ok()?`: the failure is
+/// handled. `CudaContext::new(0).is_ok()` (or `is_err()`) is the availability check itself.
 fn error_is_handled(file: &CrateFile<'_>, call: &CallFact<'_>) -> bool {
     let at = call.call.span().byte_range();
     file.facts.calls.iter().any(|c| {
@@ -313,6 +314,10 @@ fn error_is_handled(file: &CrateFile<'_>, call: &CallFact<'_>) -> bool {
             "or_else",
             "or",
             "ok",
+            "is_ok",
+            "is_err",
+            "is_ok_and",
+            "is_err_and",
         ]
         .iter()
         .any(|name| m.method == name);
