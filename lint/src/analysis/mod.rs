@@ -457,8 +457,13 @@ impl StepHit {
             cx.file(self.loop_file).path().display(),
             self.loop_region.line
         );
+        let place = if self.outer {
+            format!("the epoch loop at {at}")
+        } else {
+            format!("the step loop at {at}")
+        };
         if self.via.is_empty() {
-            notes.push(format!("inside the step loop at {at}"));
+            notes.push(format!("inside {place}"));
         } else {
             let chain = self
                 .via
@@ -466,11 +471,11 @@ impl StepHit {
                 .map(|name| format!("`{name}`"))
                 .collect::<Vec<_>>()
                 .join(" -> ");
-            notes.push(format!("called from the step loop at {at} through {chain}"));
+            notes.push(format!("called from {place} through {chain}"));
         }
         if self.outer {
             notes.push(
-                "that loop encloses the per-batch step loop, so this runs once per epoch and is \
+                "it encloses the per-batch step loop, so this runs once per epoch and is \
                  reported as a note"
                     .to_string(),
             );
@@ -479,7 +484,8 @@ impl StepHit {
             notes.push(
                 match self.guard_kind {
                     GuardKind::Modulo => {
-                        "this runs only under an `if step % N == 0` guard, so it is reported as a note"
+                        "this runs only under an `if ... % N == 0` guard (once every N \
+                         iterations), so it is reported as a note"
                     }
                     GuardKind::EarlyReturn => {
                         "this runs only past an early `return`/`continue` on a `% N` condition \

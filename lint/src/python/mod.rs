@@ -1717,6 +1717,7 @@ impl<'a> PyContext<'a> {
         let at = self.units[hit.loop_file].file.place(hit.loop_line);
         let place = match &hit.step_body {
             Some(name) => format!("the step body `{name}` at {at}"),
+            None if hit.outer => format!("the epoch loop at {at}"),
             None => format!("the step loop at {at}"),
         };
         if hit.via.is_empty() {
@@ -1732,14 +1733,15 @@ impl<'a> PyContext<'a> {
         }
         if hit.outer {
             notes.push(
-                "that loop encloses the per-batch step loop, so this runs once per epoch and is \
+                "it encloses the per-batch step loop, so this runs once per epoch and is \
                  reported as a note"
                     .to_string(),
             );
         }
         if hit.guarded {
             notes.push(
-                "this runs only under an `if step % N == 0` guard, so it is reported as a note"
+                "this runs only under an `if ... % N == 0` guard (once every N iterations), so it \
+                 is reported as a note"
                     .to_string(),
             );
         }
