@@ -601,6 +601,16 @@ impl<'a> Collector<'a> {
             self.bind_loop_target(&t.elts[1], inner, at, loop_idx);
             return;
         }
+        // `for name, p in model.named_parameters()`: a name (text), then a parameter.
+        if let (Expr::Tuple(t), Expr::Call(call)) = (target, iter)
+            && t.elts.len() == 2
+            && let Expr::Attribute(attr) = &*call.func
+            && attr.attr.as_str() == "named_parameters"
+        {
+            self.bind(&t.elts[0], &t.elts[0], at);
+            self.bind_loop_target(&t.elts[1], iter, at, loop_idx);
+            return;
+        }
         match target {
             Expr::Tuple(t) => {
                 for e in &t.elts {

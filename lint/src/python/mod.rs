@@ -2062,6 +2062,14 @@ impl<'a> PyContext<'a> {
         {
             return ValueKind::Tensor;
         }
+        // `for p in model.parameters():` runs over the model's parameter tensors (the second of
+        // each pair of `named_parameters()`, bound alone by the fact collector).
+        if let Expr::Call(call) = assign.value
+            && let Expr::Attribute(attr) = &*call.func
+            && matches!(attr.attr.as_str(), "parameters" | "named_parameters")
+        {
+            return ValueKind::Tensor;
+        }
         let name = match assign.value {
             Expr::Call(call) => facts::dotted(&call.func).unwrap_or_default(),
             other => facts::dotted(other).unwrap_or_default(),
