@@ -138,7 +138,7 @@ impl Rule for SmallBatchSize {
             out.push(Finding::new(
                 file,
                 cx.region(span),
-                format!("batch size {value} is below the minimum of {min}"),
+                format!("batch size {value} is below {min}: the GPU does little work per step"),
                 format!(
                     "train with at least {min} samples per step (scale the batch up until memory or \
                      convergence limits it, or accumulate gradients), or lower `min-batch-size` in \
