@@ -339,11 +339,11 @@ pub fn is_training_data_name(name: &str) -> bool {
             })
 }
 
-/// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`: a
-/// name of evaluation data or code.
+/// `test_loader`, `self.val_dl`, `valid_dataloader`, `testloader`, `eval_split`, `validate`,
+/// `predict_dataloader`: a name of evaluation or inference data or code.
 pub fn is_evaluation_name(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    const WORDS: [&str; 9] = [
+    const WORDS: [&str; 12] = [
         "test",
         "val",
         "valid",
@@ -353,6 +353,9 @@ pub fn is_evaluation_name(name: &str) -> bool {
         "evaluate",
         "evaluation",
         "dev",
+        "predict",
+        "prediction",
+        "inference",
     ];
     const PREFIXES: [&str; 5] = ["test", "valid", "valloader", "valset", "eval"];
     last.split(|c: char| c == '_' || c.is_ascii_digit())
@@ -410,6 +413,24 @@ mod tests {
             "trained",
         ] {
             assert!(!is_training_data_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn evaluation_names() {
+        for name in [
+            "test_loader",
+            "self.val_dl",
+            "valid_dataloader",
+            "testloader",
+            "eval_split",
+            "predict_dataloader",
+            "inference_loader",
+        ] {
+            assert!(is_evaluation_name(name), "{name}");
+        }
+        for name in ["train_loader", "loader", "latest", "devices", "predictor"] {
+            assert!(!is_evaluation_name(name), "{name}");
         }
     }
 }
