@@ -391,7 +391,13 @@ fn check_fails_on_a_candidate_ended_by_sigint() {
         tmp.path(),
         &out,
         &["--quiet", "--no-lint", "--no-inject"],
-        Some("kill -INT $$"),
+        // The program ends itself by SIGINT, whatever disposition it inherited: a shell started
+        // with SIGINT ignored (a background job of a non-interactive shell) cannot be killed by
+        // `kill -INT $$`, so the signal's default action is restored before it is raised.
+        Some(
+            "exec python3 -c 'import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); \
+             os.kill(os.getpid(), signal.SIGINT)'",
+        ),
     );
     assert_eq!(code, 130, "{stderr}");
     // Its trace is whole, but the run is not: the reports of the run say so too (summary.md

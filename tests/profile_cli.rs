@@ -570,7 +570,18 @@ fn ctrl_c_at_a_terminal_reaches_the_program_exactly_once() {
         run.display(),
         program.display()
     );
-    let mut script = Command::new("script")
+    let mut script = Command::new("script");
+    // A terminal's shell starts its jobs with SIGINT at its default action; a test run started
+    // with SIGINT ignored (a background job of a non-interactive shell) would hand that on, and
+    // perfkit, like a shell, leaves an ignored SIGINT ignored.
+    // SAFETY: `signal` is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut script, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut script = script
         .env("SHELL", "/bin/sh")
         .args(["-qec", &command])
         .arg(&log)
