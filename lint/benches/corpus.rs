@@ -429,18 +429,28 @@ fn main() -> ExitCode {
     let mut parse_result = ParsePass::default();
     let mut lint_report = None;
     let mut lint_panicked = false;
+    let (mut retain_rounds, mut lint_rounds) =
+        (shared::Rounds::default(), shared::Rounds::default());
     for _ in 0..args.runs {
-        let (result, wall, cpu) = timed(|| parse_pass(&pool, &files));
+        let (result, floor_wall, floor_cpu) = timed(|| parse_pass(&pool, &files));
         parse_result = result;
-        parse.record(wall, cpu);
+        parse.record(floor_wall, floor_cpu);
+        // The rounds' own ratios need both clocks of the round.
+        let round = |rounds: &mut shared::Rounds, wall: Duration, cpu: Option<Duration>| {
+            if let (Some(floor_cpu), Some(cpu)) = (floor_cpu, cpu) {
+                rounds.push(floor_wall, floor_cpu, wall, cpu);
+            }
+        };
 
         let (_, wall, cpu) = timed(|| retain_pass(&pool, &plan));
         retain.record(wall, cpu);
+        round(&mut retain_rounds, wall, cpu);
 
         let (result, wall, cpu) = timed(|| lint_pass(&args.corpus, args.jobs));
         match result {
             Ok(Some(report)) => {
                 lint.record(wall, cpu);
+                round(&mut lint_rounds, wall, cpu);
                 lint_report = Some(report);
             }
             Ok(None) => {
@@ -529,6 +539,13 @@ fn main() -> ExitCode {
                     l.as_secs_f64() / r.as_secs_f64().max(1e-9),
                 );
             }
+            println!();
+            println!(
+                "each round's own ratio to the floor run just before it, median (lowest to highest): \
+                 the lint {}; the pass that keeps the trees {}",
+                lint_rounds.text(),
+                retain_rounds.text()
+            );
             println!();
             println!(
                 "{} threads, best of {} runs of each pass (alternating); {} findings; files syn could \

@@ -1,6 +1,8 @@
 //! Python lint benchmark: `perfkit lint` over a corpus of real PyTorch code against the floor it
 //! cannot beat, parsing the same files with Ruff's parser (read + parse + drop, same threads),
-//! in the same run. Prints one table.
+//! in the same run; a notebook's code cells are read from its JSON as the lint reads them, then
+//! parsed. Prints one table, with the ratio of the best runs and the median of each round's own
+//! ratio.
 //!
 //! Usage (through `bench/python-corpus.sh`, which fetches the corpus):
 //! `cargo bench -p perfkit-lint --bench python_corpus -- [--jobs N] [--runs N] DIR...`
@@ -28,6 +30,7 @@ use std::time::{Duration, Instant};
 use perfkit_lint::{LintOptions, Stage};
 use rayon::prelude::*;
 
+/// The Python files and notebooks under `dir`: what the lint parses, so the floor parses them too.
 fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -36,10 +39,21 @@ fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             python_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "py") {
+        } else if path.extension().is_some_and(|e| e == "py" || e == "ipynb") {
             out.push(path);
         }
     }
+}
+
+/// The Python code of a file: its text, or a notebook's code cells joined into one module as the
+/// lint reads them (the JSON decoded, outputs skipped), with the source type to parse it as.
+fn python_code(file: &Path) -> Option<(String, ruff_python_ast::PySourceType)> {
+    let text = std::fs::read_to_string(file).ok()?;
+    if file.extension().is_some_and(|e| e == "ipynb") {
+        let notebook = perfkit_lint::python::notebook::read(&text).ok()?;
+        return Some((notebook.source, ruff_python_ast::PySourceType::Ipynb));
+    }
+    Some((text, ruff_python_ast::PySourceType::Python))
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
@@ -55,8 +69,8 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
 
 /// Reads and parses one file as the floor does; `None` when it cannot be read or does not parse.
 fn parse_one(file: &Path) -> Option<(String, ruff_python_ast::ModModule)> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let options = ruff_python_parser::ParseOptions::from(ruff_python_ast::PySourceType::Python)
+    let (text, source_type) = python_code(file)?;
+    let options = ruff_python_parser::ParseOptions::from(source_type)
         .with_target_version(ruff_python_ast::PythonVersion::PY314);
     let parsed = ruff_python_parser::parse_unchecked(&text, options);
     if !parsed.errors().is_empty() {
@@ -112,8 +126,8 @@ fn main() -> ExitCode {
     files.sort();
     let lines: usize = files
         .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .map(|t| t.lines().count())
+        .filter_map(|f| python_code(f))
+        .map(|(code, _)| code.lines().count())
         .sum();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
@@ -157,7 +171,7 @@ fn main() -> ExitCode {
             }
         }
         println!(
-            "corpus: {} Python files, {lines} lines; {jobs} threads, best of {runs} runs",
+            "corpus: {} Python files and notebooks, {lines} lines of code; {jobs} threads, best of {runs} runs",
             files.len()
         );
         shared::print_stages(floor, plan, &best);
@@ -205,18 +219,20 @@ fn main() -> ExitCode {
     };
     let mut failed = 0;
     let mut report = None;
+    let mut lint_rounds = shared::Rounds::default();
     for _ in 0..runs {
         // Interleaved, so that both passes see the same machine.
-        let (f, wall, cpu) = timed(|| parse_pass(&pool, &files));
+        let (f, floor_wall, floor_cpu) = timed(|| parse_pass(&pool, &files));
         failed = f;
-        parse_wall = parse_wall.min(wall);
-        parse_cpu = parse_cpu.min(cpu);
+        parse_wall = parse_wall.min(floor_wall);
+        parse_cpu = parse_cpu.min(floor_cpu);
         let (_, wall, cpu) = timed(|| shared::retain_pass(&pool, &plan, &parse_one, &|| {}));
         retain_wall = retain_wall.min(wall);
         retain_cpu = retain_cpu.min(cpu);
         let (r, wall, cpu) = timed(|| perfkit_lint::lint(&options));
         lint_wall = lint_wall.min(wall);
         lint_cpu = lint_cpu.min(cpu);
+        lint_rounds.push(floor_wall, floor_cpu, wall, cpu);
         let (_, wall, cpu) = timed(|| perfkit_lint::lint(&front_options));
         front_wall = front_wall.min(wall);
         front_cpu = front_cpu.min(cpu);
@@ -230,7 +246,8 @@ fn main() -> ExitCode {
     }
     let report = report.expect("at least one run");
     println!(
-        "corpus: {} Python files, {lines} lines; {jobs} threads, best of {runs} runs; load average {}",
+        "corpus: {} Python files and notebooks, {lines} lines of code; {jobs} threads, best of {runs} runs; \
+         load average {}",
         files.len(),
         std::fs::read_to_string("/proc/loadavg")
             .ok()
@@ -283,6 +300,11 @@ fn main() -> ExitCode {
          the trees)",
         lint_wall.as_secs_f64() / retain_wall.as_secs_f64().max(1e-9),
         lint_cpu.as_secs_f64() / retain_cpu.as_secs_f64().max(1e-9),
+    );
+    println!(
+        "each round's own ratio of the lint to the floor run of the same round, median (lowest to \
+         highest): {}",
+        lint_rounds.text()
     );
     println!(
         "files that did not parse: {failed}; lint errors: {}; findings: {}",

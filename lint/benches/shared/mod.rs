@@ -92,6 +92,57 @@ impl Best {
     }
 }
 
+/// One pass's ratio to the floor in every round, the two timed one after the other so that both
+/// see the same machine. On a shared machine whose load comes and goes, the ratio of the two best
+/// runs compares runs that saw different loads; the median of the rounds' own ratios does not,
+/// and an outlier round moves it little. Both are printed.
+#[derive(Clone, Debug, Default)]
+pub struct Rounds {
+    cpu: Vec<f64>,
+    wall: Vec<f64>,
+}
+
+impl Rounds {
+    /// Records one round: the pass's wall and CPU times, and the floor's of the same round.
+    pub fn push(
+        &mut self,
+        floor_wall: Duration,
+        floor_cpu: Duration,
+        wall: Duration,
+        cpu: Duration,
+    ) {
+        let ratio = |t: Duration, of: Duration| t.as_secs_f64() / of.as_secs_f64().max(1e-9);
+        self.cpu.push(ratio(cpu, floor_cpu));
+        self.wall.push(ratio(wall, floor_wall));
+    }
+
+    /// `median (lowest to highest)` of the CPU-time ratios, then of the wall-time ratios.
+    pub fn text(&self) -> String {
+        format!(
+            "{} in CPU time, {} in wall time ({} rounds)",
+            spread(&self.cpu),
+            spread(&self.wall),
+            self.cpu.len()
+        )
+    }
+}
+
+/// `median (lowest to highest)`; `-` when there is nothing.
+fn spread(values: &[f64]) -> String {
+    if values.is_empty() {
+        return "-".to_string();
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    format!("{median:.2} ({:.2} to {:.2})", sorted[0], sorted[n - 1])
+}
+
 /// The lint cut after each stage (`LintOptions::stop_after`): what the stages cost, each measured
 /// as the whole lint up to its end.
 pub const STAGES: [(Option<perfkit_lint::Stage>, &str); 4] = [
