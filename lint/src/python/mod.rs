@@ -290,7 +290,14 @@ fn first_cell_error(
 /// The byte offset of each line: lines end at `\n`, `\r\n` or a lone `\r`, as Python reads them.
 pub(crate) fn line_starts(source: &str) -> Vec<usize> {
     let bytes = source.as_bytes();
-    let mut starts = vec![0];
+    // Room for lines of about 32 bytes, so that the table is rarely copied as it grows.
+    let mut starts = Vec::with_capacity(bytes.len() / 32 + 1);
+    starts.push(0);
+    if memchr::memchr(b'\r', bytes).is_none() {
+        // No `\r` anywhere (most files): every line ends at a `\n`.
+        starts.extend(memchr::memchr_iter(b'\n', bytes).map(|i| i + 1));
+        return starts;
+    }
     starts.extend(
         memchr::memchr2_iter(b'\n', b'\r', bytes)
             .filter(|&i| bytes[i] == b'\n' || bytes.get(i + 1) != Some(&b'\n'))

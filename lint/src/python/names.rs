@@ -243,31 +243,35 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
     )
 }
 
-/// Byte strings searched for in a text (comments and strings count), each searcher built once.
+/// Byte strings searched for in a text (comments and strings count), all of them in one pass over
+/// the text (Teddy, the SIMD multi-substring searcher of `aho-corasick`, built once): a text that
+/// holds none of them, the common case, is read once instead of once per needle.
 pub(crate) struct Needles {
     needles: &'static [&'static str],
-    finders: std::sync::OnceLock<Vec<memchr::memmem::Finder<'static>>>,
+    searcher: std::sync::OnceLock<Option<aho_corasick::packed::Searcher>>,
 }
 
 impl Needles {
     pub(crate) const fn new(needles: &'static [&'static str]) -> Needles {
         Needles {
             needles,
-            finders: std::sync::OnceLock::new(),
+            searcher: std::sync::OnceLock::new(),
         }
     }
 
     /// Whether `text` contains any of the needles.
     pub(crate) fn in_text(&self, text: &str) -> bool {
-        self.finders
-            .get_or_init(|| {
-                self.needles
-                    .iter()
-                    .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
-                    .collect()
-            })
-            .iter()
-            .any(|finder| finder.find(text.as_bytes()).is_some())
+        let searcher = self
+            .searcher
+            .get_or_init(|| aho_corasick::packed::Searcher::new(self.needles.iter()));
+        match searcher {
+            Some(searcher) => searcher.find(text).is_some(),
+            // No SIMD searcher on this CPU: one pass per needle.
+            None => self
+                .needles
+                .iter()
+                .any(|n| memchr::memmem::find(text.as_bytes(), n.as_bytes()).is_some()),
+        }
     }
 }
 
