@@ -111,7 +111,6 @@ impl Rounds {
         wall: Duration,
         cpu: Duration,
     ) {
-        let ratio = |t: Duration, of: Duration| t.as_secs_f64() / of.as_secs_f64().max(1e-9);
         self.cpu.push(ratio(cpu, floor_cpu));
         self.wall.push(ratio(wall, floor_wall));
     }
@@ -125,6 +124,11 @@ impl Rounds {
             self.cpu.len()
         )
     }
+}
+
+/// `t` over `of` (a pass's time over the floor's).
+fn ratio(t: Duration, of: Duration) -> f64 {
+    t.as_secs_f64() / of.as_secs_f64().max(1e-9)
 }
 
 /// `median (lowest to highest)`; `-` when there is nothing.
@@ -161,7 +165,6 @@ pub const STAGES: [(Option<perfkit_lint::Stage>, &str); 4] = [
 /// Prints where the lint's time goes: each stage's cumulative time against the floor's, and what
 /// it adds to the stage before it.
 pub fn print_stages(floor: Best, plan: Best, stages: &[Best; 4]) {
-    let ratio = |t: Duration, of: Duration| t.as_secs_f64() / of.as_secs_f64().max(1e-9);
     println!();
     println!(
         "where the lint's time goes (each row: the lint ended after that stage, best of the runs):"

@@ -248,7 +248,16 @@ pub fn is_optimizer_constructor(path: &str) -> bool {
 /// holds none of them, the common case, is read once instead of once per needle.
 pub(crate) struct Needles {
     needles: &'static [&'static str],
-    searcher: std::sync::OnceLock<Option<aho_corasick::packed::Searcher>>,
+    searcher: std::sync::OnceLock<Searcher>,
+}
+
+/// How a set of needles is searched for.
+enum Searcher {
+    /// All needles in one pass.
+    Packed(aho_corasick::packed::Searcher),
+    /// One pass per needle, each searcher built once: where Teddy is not available for the set
+    /// on this CPU.
+    EachNeedle(Vec<memchr::memmem::Finder<'static>>),
 }
 
 impl Needles {
@@ -261,16 +270,22 @@ impl Needles {
 
     /// Whether `text` contains any of the needles.
     pub(crate) fn in_text(&self, text: &str) -> bool {
-        let searcher = self
-            .searcher
-            .get_or_init(|| aho_corasick::packed::Searcher::new(self.needles.iter()));
+        let searcher = self.searcher.get_or_init(|| {
+            match aho_corasick::packed::Searcher::new(self.needles.iter()) {
+                Some(packed) => Searcher::Packed(packed),
+                None => Searcher::EachNeedle(
+                    self.needles
+                        .iter()
+                        .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+                        .collect(),
+                ),
+            }
+        });
         match searcher {
-            Some(searcher) => searcher.find(text).is_some(),
-            // No SIMD searcher on this CPU: one pass per needle.
-            None => self
-                .needles
+            Searcher::Packed(packed) => packed.find(text).is_some(),
+            Searcher::EachNeedle(finders) => finders
                 .iter()
-                .any(|n| memchr::memmem::find(text.as_bytes(), n.as_bytes()).is_some()),
+                .any(|finder| finder.find(text.as_bytes()).is_some()),
         }
     }
 }
